@@ -1,0 +1,123 @@
+"""What differs between CPU and CUDA, behind one small interface.
+
+CUDA: a copy stream, reused pinned host buffers and an event per snapshot. CPU: a plain host copy and a fence that
+is already complete. The worker thread calls `enter_thread()` once to bind its device and thread count.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+
+class Fence(Protocol):
+    def done(self) -> bool: ...
+
+    def wait(self) -> None: ...
+
+
+class CompletedFence:
+    __slots__ = ()
+
+    def done(self) -> bool:
+        return True
+
+    def wait(self) -> None:
+        return None
+
+
+COMPLETED = CompletedFence()
+
+
+class CudaFence:
+    __slots__ = ("event",)
+
+    def __init__(self, event: torch.cuda.Event) -> None:
+        self.event = event
+
+    def done(self) -> bool:
+        return bool(self.event.query())
+
+    def wait(self) -> None:
+        self.event.synchronize()
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda was asked for, but torch sees no CUDA device")
+    return torch.device(name)
+
+
+@dataclass(slots=True)
+class HostBuffer:
+    """A reusable host buffer for one step's codes; `in_use` until the consumer has read it."""
+
+    data: Tensor
+    in_use: bool = False
+
+
+class DeviceLayer:
+    def __init__(self, device: torch.device, threads: int = 1, ring: int = 4) -> None:
+        self.device = device
+        self.threads = threads
+        self.is_cuda = device.type == "cuda"
+        self._ring: list[HostBuffer] = []
+        self._ring_size = ring
+        self._next = 0
+        self._copy_stream: torch.cuda.Stream | None = None
+        self._lock = threading.Lock()
+
+    def enter_thread(self) -> None:
+        torch.set_num_threads(self.threads)
+        if self.is_cuda:
+            torch.cuda.set_device(self.device)
+            self._copy_stream = torch.cuda.Stream(self.device)
+
+    def _host_buffer(self, shape: tuple[int, ...], dtype: torch.dtype) -> HostBuffer:
+        for _ in range(len(self._ring)):
+            buf = self._ring[self._next]
+            self._next = (self._next + 1) % len(self._ring)
+            if not buf.in_use and buf.data.numel() >= _numel(shape) and buf.data.dtype == dtype:
+                buf.in_use = True
+                return buf
+        size = max(_numel(shape), 64 * 16)
+        buf = HostBuffer(torch.empty(size, dtype=dtype, pin_memory=self.is_cuda), in_use=True)
+        if len(self._ring) < self._ring_size:
+            self._ring.append(buf)
+        return buf
+
+    def to_host(self, codes: Tensor) -> tuple[Tensor, Fence, HostBuffer | None]:
+        """Enqueue the device-to-host copy of one step's codes. Returns (host view, fence, buffer to release)."""
+        if not self.is_cuda:
+            return codes.clone(), COMPLETED, None
+        assert self._copy_stream is not None
+        buf = self._host_buffer(tuple(codes.shape), codes.dtype)
+        host = buf.data[: codes.numel()].view(codes.shape)
+        src = codes.clone()
+        self._copy_stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self._copy_stream):
+            host.copy_(src, non_blocking=True)
+            src.record_stream(self._copy_stream)
+            event = torch.cuda.Event()
+            event.record(self._copy_stream)
+        return host, CudaFence(event), buf
+
+    def gpu_timer(self) -> torch.cuda.Event | None:
+        if not self.is_cuda:
+            return None
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n

@@ -1,0 +1,92 @@
+"""KV caches: a slot cache for the Talker (continuous batching) and a dense one for the code predictor."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from talker.models.qwen3_tts.layers import sdpa
+
+
+class SlotKVCache:
+    """A fixed number of slots, each with its own length. Requests join and leave at any step boundary.
+
+    k, v: [L, S, Hkv, Tmax, D]. Lengths live on the host (the scheduler knows them without a device sync).
+    """
+
+    def __init__(
+        self, layers: int, slots: int, kv_heads: int, max_len: int, head_dim: int,
+        dtype: torch.dtype, device: torch.device,
+    ) -> None:
+        shape = (layers, slots, kv_heads, max_len, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.max_len = max_len
+        self._mode = "decode"
+        self._slot = 0
+        self._slots: Tensor | None = None
+        self._positions: Tensor | None = None
+        self._mask: Tensor | None = None
+        self._kv_len = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.k.nbytes + self.v.nbytes
+
+    def bytes_per_slot(self) -> int:
+        return self.nbytes // self.k.shape[1]
+
+    def for_prefill(self, slot: int) -> SlotKVCache:
+        """Next forward writes positions [0, T) of `slot` and attends causally within them."""
+        self._mode, self._slot = "prefill", slot
+        return self
+
+    def for_decode(self, slots: Tensor, positions: Tensor, kv_len: int) -> SlotKVCache:
+        """Next forward writes one token per row at `positions` and attends to [0, position] of each row.
+
+        slots, positions: [B]; kv_len: host-known max(position) + 1.
+        """
+        self._mode, self._slots, self._positions, self._kv_len = "decode", slots, positions, kv_len
+        # mask: [B, 1, 1, kv_len]
+        self._mask = (torch.arange(kv_len, device=positions.device) <= positions[:, None])[:, None, None, :]
+        return self
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        if self._mode == "prefill":
+            t = k.shape[2]
+            self.k[layer, self._slot, :, :t] = k[0]
+            self.v[layer, self._slot, :, :t] = v[0]
+            return sdpa(q, k, v, causal=True)
+        assert self._slots is not None and self._positions is not None
+        # k, v: [B, Hkv, 1, D] written at (slot, position) of each row
+        kl, vl = self.k[layer], self.v[layer]
+        kl[self._slots, :, self._positions] = k[:, :, 0]
+        vl[self._slots, :, self._positions] = v[:, :, 0]
+        keys = kl[self._slots, :, : self._kv_len]
+        values = vl[self._slots, :, : self._kv_len]
+        return sdpa(q, keys, values, mask=self._mask)
+
+
+class DenseKVCache:
+    """All rows at the same positions, at most `max_len` tokens: the code predictor's per-frame cache."""
+
+    def __init__(
+        self, layers: int, max_batch: int, kv_heads: int, max_len: int, head_dim: int,
+        dtype: torch.dtype, device: torch.device,
+    ) -> None:
+        shape = (layers, max_batch, kv_heads, max_len, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self._start = 0
+
+    def at(self, start: int) -> DenseKVCache:
+        self._start = start
+        return self
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        b, _, t, _ = k.shape
+        end = self._start + t
+        self.k[layer, :b, :, self._start : end] = k
+        self.v[layer, :b, :, self._start : end] = v
+        keys, values = self.k[layer, :b, :, :end], self.v[layer, :b, :, :end]
+        return sdpa(q, keys, values, causal=t > 1 and self._start == 0)

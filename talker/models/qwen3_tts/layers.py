@@ -1,0 +1,136 @@
+"""Qwen3-style decoder layers (q/k RMSNorm, GQA, SwiGLU, RoPE), written for batched decode.
+
+Attention is delegated to a KV store, so the same layers serve the Talker (slot KV cache, each slot with its own
+length) and the code predictor (a small dense cache shared by the whole batch).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from talker.models.qwen3_tts.config import DecoderArch
+
+
+class KVStore(Protocol):
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Store k/v for the current tokens and attend.
+
+        q: [B, Hq, T, D], k/v: [B, Hkv, T, D] -> [B, Hq, T, D]
+        """
+        ...
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = x.dtype
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(dtype)
+
+
+class Rotary(nn.Module):
+    """Plain RoPE. Qwen3-TTS's interleaved multimodal RoPE reduces to this for text-only positions
+    (all three position rows are equal)."""
+
+    inv_freq: Tensor
+
+    def __init__(self, head_dim: int, theta: float) -> None:
+        super().__init__()
+        inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        self.register_buffer("inv_freq", inv, persistent=False)
+
+    def forward(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        # positions: [B, T] -> cos, sin: [B, 1, T, D]
+        freqs = positions.float().unsqueeze(-1) * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype).unsqueeze(1), emb.sin().to(dtype).unsqueeze(1)
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    return x * cos + _rotate_half(x) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, arch: DecoderArch) -> None:
+        super().__init__()
+        h, d = arch.hidden_size, arch.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = arch.num_heads, arch.num_kv_heads, d
+        self.q_proj = nn.Linear(h, arch.num_heads * d, bias=False)
+        self.k_proj = nn.Linear(h, arch.num_kv_heads * d, bias=False)
+        self.v_proj = nn.Linear(h, arch.num_kv_heads * d, bias=False)
+        self.o_proj = nn.Linear(arch.num_heads * d, h, bias=False)
+        self.q_norm = RMSNorm(d, arch.rms_norm_eps)
+        self.k_norm = RMSNorm(d, arch.rms_norm_eps)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, kv: KVStore, layer: int) -> Tensor:
+        # x: [B, T, H]
+        b, t, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        out = kv.attend(layer, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, arch: DecoderArch) -> None:
+        super().__init__()
+        self.self_attn = Attention(arch)
+        self.mlp = MLP(arch.hidden_size, arch.intermediate_size)
+        self.input_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, kv: KVStore, layer: int) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv, layer)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DecoderStack(nn.Module):
+    """`layers` + final `norm` + `rotary`, the shape shared by the Talker backbone and the code predictor."""
+
+    def __init__(self, arch: DecoderArch) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([DecoderLayer(arch) for _ in range(arch.num_layers)])
+        self.norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
+        self.rotary = Rotary(arch.head_dim, arch.rope_theta)
+
+    def run(self, x: Tensor, positions: Tensor, kv: KVStore) -> Tensor:
+        # x: [B, T, H], positions: [B, T] -> [B, T, H]
+        cos, sin = self.rotary(positions, x.dtype)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, kv, i)
+        return self.norm(x)
+
+
+def sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
+    # q: [B, Hq, T, D], k/v: [B, Hkv, S, D]
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)

@@ -1,0 +1,86 @@
+"""Prompt construction for Qwen3-TTS, following the official package's layout.
+
+The prompt embeds are: [instruct] + role (`<|im_start|>assistant\\n`) + codec prefix summed with text pads/bos +
+first text token summed with codec bos. The rest of the text is fed one token per frame ("trailing text"),
+then `tts_eos`, then `tts_pad` forever.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from talker.models.qwen3_tts.config import Qwen3TTSConfig
+from talker.models.qwen3_tts.model import Talker
+from talker.request import RequestError
+
+ROLE_TOKENS = 3  # <|im_start|> assistant \n
+TAIL_TOKENS = 5  # <|im_end|> \n <|im_start|> assistant \n
+
+
+def assistant_text(text: str) -> str:
+    return f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def instruct_text(instruct: str) -> str:
+    return f"<|im_start|>user\n{instruct}<|im_end|>\n"
+
+
+@dataclass(frozen=True, slots=True)
+class PromptIds:
+    """Host-side token ids of one request, made on the event loop; the worker turns them into embeds."""
+
+    text_ids: tuple[int, ...]
+    instruct_ids: tuple[int, ...] | None
+    codec_prefix: tuple[int, ...]
+
+    @property
+    def trailing(self) -> tuple[int, ...]:
+        return self.text_ids[ROLE_TOKENS + 1 : -TAIL_TOKENS]
+
+
+def resolve_language(cfg: Qwen3TTSConfig, language: str | None, speaker: str | None) -> int | None:
+    lang = (language or "auto").lower()
+    if lang != "auto" and lang not in cfg.languages:
+        names = ", ".join(["auto", *sorted(cfg.languages)])
+        raise RequestError(f"unsupported language '{language}'; available: {names}", param="language")
+    lang_id = None if lang == "auto" else cfg.languages[lang]
+    dialect = cfg.speaker_dialect.get(speaker) if speaker else None
+    if dialect and lang in ("chinese", "auto") and dialect in cfg.languages:
+        lang_id = cfg.languages[dialect]
+    return lang_id
+
+
+def codec_prefix(cfg: Qwen3TTSConfig, language: str | None, speaker: str | None) -> tuple[int, ...]:
+    c = cfg.codec
+    lang_id = resolve_language(cfg, language, speaker)
+    think = (c.nothink, c.think_bos, c.think_eos) if lang_id is None else (c.think, c.think_bos, lang_id, c.think_eos)
+    spk = (cfg.speakers[speaker],) if speaker else ()
+    return (*think, *spk, c.pad, c.bos)
+
+
+@torch.inference_mode()
+def prompt_embeds(talker: Talker, cfg: Qwen3TTSConfig, ids: PromptIds, device: torch.device) -> Tensor:
+    """-> [T, H] on the Talker's device."""
+
+    def t(values: tuple[int, ...] | list[int]) -> Tensor:
+        return torch.tensor(values, dtype=torch.long, device=device)
+
+    prefix = ids.codec_prefix
+    pads = [cfg.text.tts_pad] * (len(prefix) - 2) + [cfg.text.tts_bos]
+    parts = [
+        talker.embed_text(t(ids.text_ids[:ROLE_TOKENS])),
+        talker.embed_text(t(pads)) + talker.embed_codec(t(prefix[:-1])),
+        talker.embed_text(t(ids.text_ids[ROLE_TOKENS : ROLE_TOKENS + 1])) + talker.embed_codec(t(prefix[-1:])),
+    ]
+    if ids.instruct_ids:
+        parts.insert(0, talker.embed_text(t(ids.instruct_ids)))
+    return torch.cat(parts, dim=0)
+
+
+def trailing_row(cfg: Qwen3TTSConfig, ids: PromptIds, width: int) -> list[int]:
+    """Text token fed at frame f is row[min(f, width - 1)]: the text, then tts_eos, then tts_pad."""
+    row = [*ids.trailing, cfg.text.tts_eos]
+    return row + [cfg.text.tts_pad] * (width - len(row))

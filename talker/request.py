@@ -1,0 +1,97 @@
+"""Typed seam between the server, the engine API and the Talker worker."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+_ids = itertools.count(1)
+
+
+class FinishReason(StrEnum):
+    EOS = "eos"
+    MAX_FRAMES = "max_frames"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+class EngineState(StrEnum):
+    STARTING = "starting"
+    READY = "ready"
+    DRAINING = "draining"
+    DEAD = "dead"
+    STOPPED = "stopped"
+
+
+class RequestError(ValueError):
+    """A recoverable, per-request error: bad input, or a failure that ends only this request."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+
+class EngineBusyError(RuntimeError):
+    """The admission queue is full; retry later."""
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class EngineDeadError(RuntimeError):
+    """The engine cannot continue (or is not running); no request can be served."""
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Sampling for codebook 0 (the Talker) and the residual codebooks (the code predictor).
+
+    `temperature == 0` means greedy for both.
+    """
+
+    temperature: float = 0.9
+    top_k: int = 50
+    top_p: float = 1.0
+    repetition_penalty: float = 1.05
+    subtalker_temperature: float = 0.9
+    subtalker_top_k: int = 50
+    subtalker_top_p: float = 1.0
+
+    def validate(self) -> None:
+        checks = (
+            (0.0 <= self.temperature <= 2.0, "temperature", "must be between 0 and 2"),
+            (self.top_k >= 0, "top_k", "must be >= 0 (0 disables top-k)"),
+            (0.0 < self.top_p <= 1.0, "top_p", "must be in (0, 1]"),
+            (0.5 <= self.repetition_penalty <= 2.0, "repetition_penalty", "must be between 0.5 and 2"),
+            (0.0 <= self.subtalker_temperature <= 2.0, "subtalker_temperature", "must be between 0 and 2"),
+            (self.subtalker_top_k >= 0, "subtalker_top_k", "must be >= 0"),
+            (0.0 < self.subtalker_top_p <= 1.0, "subtalker_top_p", "must be in (0, 1]"),
+        )
+        for ok, name, why in checks:
+            if not ok:
+                raise RequestError(f"{name} {why}", param=name)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechRequest:
+    """What a client asks for. Unset sampling fields take the checkpoint's generation defaults."""
+
+    text: str
+    voice: str | None = None
+    language: str | None = None
+    instructions: str | None = None
+    seed: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    max_frames: int | None = None
+    request_id: str = field(default_factory=lambda: f"req-{next(_ids)}")

@@ -1,0 +1,158 @@
+"""One Talker decode step on the device: forward, sample codebook 0, run the code predictor, feed back.
+
+Everything that changes per step stays on the device (input embeds, lengths, frame counters, repetition state);
+what the host sends is rebuilt only when the batch composition changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from talker.kv_cache import DenseKVCache, SlotKVCache
+from talker.models.qwen3_tts.config import Qwen3TTSConfig
+from talker.models.qwen3_tts.model import Talker
+from talker.models.qwen3_tts.prompt import prompt_embeds, trailing_row
+from talker.sampler import RowParams, apply_repetition_penalty, sample
+from talker.scheduler import Seq, StepPlan
+
+MIN_FRAMES_BEFORE_EOS = 2
+
+
+@dataclass(slots=True)
+class BatchTensors:
+    """Per-batch tensors, stacked once per batch composition."""
+
+    version: int
+    slots: Tensor  # [B]
+    decode_slots: Tensor  # [Bd]
+    talker: RowParams
+    predictor: RowParams
+    penalty: Tensor  # [B, 1]
+    use_penalty: bool
+
+
+class Runner:
+    def __init__(
+        self, talker: Talker, cfg: Qwen3TTSConfig, max_batch: int, max_len: int, text_width: int,
+        device: torch.device, dtype: torch.dtype,
+    ) -> None:
+        self.talker, self.cfg, self.device = talker, cfg, device
+        t, p = cfg.talker, cfg.predictor
+        self.groups = cfg.num_code_groups
+        self.text_width = text_width
+        self.kv = SlotKVCache(t.num_layers, max_batch, t.num_kv_heads, max_len, t.head_dim, dtype, device)
+        self.pred_kv = DenseKVCache(p.num_layers, max_batch, p.num_kv_heads, self.groups + 1, p.head_dim, dtype, device)
+        self.next_embed = torch.zeros(max_batch, t.hidden_size, dtype=dtype, device=device)
+        self.text_ids = torch.full((max_batch, text_width), cfg.text.tts_pad, dtype=torch.long, device=device)
+        self.lengths = torch.zeros(max_batch, dtype=torch.long, device=device)
+        self.frames = torch.zeros(max_batch, dtype=torch.long, device=device)
+        self.seen = torch.zeros(max_batch, t.vocab_size, dtype=torch.bool, device=device)
+        self.suppress = torch.zeros(t.vocab_size, dtype=torch.float32, device=device)
+        self.suppress[t.vocab_size - 1024 :] = float("-inf")
+        self.suppress[cfg.codec.eos] = 0.0
+        self._batch: BatchTensors | None = None
+
+    @property
+    def bytes_per_slot(self) -> int:
+        per = self.kv.bytes_per_slot()
+        for buf in (self.next_embed, self.text_ids, self.lengths, self.frames, self.seen):
+            per += buf.nbytes // buf.shape[0]
+        return per
+
+    # 1. forward
+    @torch.inference_mode()
+    def forward(self, plan: StepPlan) -> Tensor:
+        """-> hidden [B, H] in batch order (decode rows, then prefill rows)."""
+        bt = self._batch_tensors(plan)
+        rows: list[Tensor] = []
+        if plan.decode:
+            slots = bt.decode_slots
+            positions = self.lengths[slots]
+            kv_len = max(s.length for s in plan.decode) + 1
+            x = self.next_embed[slots][:, None]
+            kv = self.kv.for_decode(slots, positions, kv_len)
+            rows.append(self.talker.backbone(x, positions[:, None], kv)[:, 0])
+        for seq in plan.prefill:
+            rows.append(self._prefill(seq))
+        return rows[0] if len(rows) == 1 else torch.cat(rows, dim=0)
+
+    def _prefill(self, seq: Seq) -> Tensor:
+        emb = prompt_embeds(self.talker, self.cfg, seq.prompt, self.device)  # [T, H]
+        t = emb.shape[0]
+        seq.prefill_len = t
+        slot = seq.slot
+        self.text_ids[slot] = torch.tensor(trailing_row(self.cfg, seq.prompt, self.text_width), device=self.device)
+        self.lengths[slot] = t
+        self.frames[slot] = 0
+        self.seen[slot] = False
+        positions = torch.arange(t, device=self.device)[None]
+        return self.talker.backbone(emb[None], positions, self.kv.for_prefill(slot))[0, -1:]
+
+    # 2. sample codebook 0, then the residual codebooks
+    @torch.inference_mode()
+    def sample(self, plan: StepPlan, hidden: Tensor) -> Tensor:
+        """hidden: [B, H] -> codes [B, G] (int32), and feeds the frame back as the next input."""
+        bt = self._batch_tensors(plan)
+        frames = self.frames[bt.slots]
+        logits = self.talker.codec_head(hidden).float() + self.suppress
+        logits[:, self.cfg.codec.eos] = logits[:, self.cfg.codec.eos].masked_fill(
+            frames < MIN_FRAMES_BEFORE_EOS, float("-inf")
+        )
+        if bt.use_penalty:
+            logits = apply_repetition_penalty(logits, self.seen[bt.slots], bt.penalty)
+        code0 = sample(logits, bt.talker, frames, draw=0)
+        codes, emb_sum = self._predict(hidden, code0, bt, frames)
+        self._feed_back(bt, code0, emb_sum, frames)
+        return codes
+
+    def _predict(self, hidden: Tensor, code0: Tensor, bt: BatchTensors, frames: Tensor) -> tuple[Tensor, Tensor]:
+        cp = self.talker.code_predictor
+        emb = self.talker.embed_codec(code0)  # [B, H]
+        emb_sum = emb.clone()
+        codes = [code0]
+        h = cp.step(torch.stack((hidden, emb), dim=1), 0, self.pred_kv.at(0))
+        for g in range(1, self.groups):
+            code = sample(cp.lm_head[g - 1](h), bt.predictor, frames, draw=g)
+            codes.append(code)
+            emb = cp.model.codec_embedding[g - 1](code)
+            emb_sum += emb
+            if g < self.groups - 1:
+                h = cp.step(emb[:, None], g + 1, self.pred_kv.at(g + 1))
+        return torch.stack(codes, dim=1).to(torch.int32), emb_sum
+
+    def _feed_back(self, bt: BatchTensors, code0: Tensor, emb_sum: Tensor, frames: Tensor) -> None:
+        text = self.text_ids[bt.slots, frames.clamp(max=self.text_width - 1)]
+        self.next_embed[bt.slots] = emb_sum + self.talker.embed_text(text)
+        self.seen[bt.slots, code0] = True
+        self.frames[bt.slots] = frames + 1
+        if bt.decode_slots.numel():
+            self.lengths[bt.decode_slots] += 1
+
+    def _batch_tensors(self, plan: StepPlan) -> BatchTensors:
+        bt = self._batch
+        if bt is not None and bt.version == plan.version:
+            return bt
+        batch = plan.batch
+        dev = self.device
+        vocab_t, vocab_p = self.cfg.talker.vocab_size, self.cfg.predictor.vocab_size
+        ps = [s.params for s in batch]
+        seeds = [s.seed for s in batch]
+        sub_t = [0.0 if p.greedy else p.subtalker_temperature for p in ps]
+        self._batch = bt = BatchTensors(
+            version=plan.version,
+            slots=torch.tensor([s.slot for s in batch], dtype=torch.long, device=dev),
+            decode_slots=torch.tensor([s.slot for s in plan.decode], dtype=torch.long, device=dev),
+            talker=RowParams.stack(
+                [p.temperature for p in ps], [p.top_k for p in ps], [p.top_p for p in ps], seeds, vocab_t, dev
+            ),
+            predictor=RowParams.stack(
+                sub_t, [p.subtalker_top_k for p in ps], [p.subtalker_top_p for p in ps],
+                [s ^ 0x5BD1E995 for s in seeds], vocab_p, dev,
+            ),
+            penalty=torch.tensor([p.repetition_penalty for p in ps], device=dev)[:, None],
+            use_penalty=any(p.repetition_penalty != 1.0 for p in ps),
+        )
+        return bt

@@ -1,0 +1,224 @@
+"""The Talker worker thread: owns the model, KV cache, sampler state and scheduler.
+
+Its loop is: drain the inbox (block on it when idle) → retire what finished → step. A step reads like a sentence:
+schedule, run, snapshot, publish.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from talker.device import DeviceLayer
+from talker.runner import Runner
+from talker.scheduler import Scheduler, Seq, SeqStatus, StepPlan
+from talker.snapshot import StepSnapshot, StepTiming, TimingRing
+
+log = logging.getLogger("talkstream.worker")
+MAX_CONSECUTIVE_FAILURES = 3
+
+
+class Publisher(Protocol):
+    def publish(self, snapshot: StepSnapshot) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    seq: Seq
+
+
+@dataclass(frozen=True, slots=True)
+class Abort:
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    request_id: str
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    pass
+
+
+Command = Submit | Abort | Pause | Stop
+FaultHook = Callable[[str, list[Seq]], None]
+
+
+class TalkerWorker:
+    def __init__(
+        self, runner: Runner, device: DeviceLayer, max_batch: int, publisher: Publisher, eos_id: int,
+        timing_ring: int = 4096,
+    ) -> None:
+        self.runner, self.device, self.publisher, self.eos_id = runner, device, publisher, eos_id
+        self.scheduler = Scheduler(max_batch)
+        self.inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        self.timings = TimingRing(timing_ring)
+        self.fault_hook: FaultHook | None = None  # test-only fault injection
+        self.dead: BaseException | None = None
+        self._unretired: deque[StepSnapshot] = deque()
+        self._step = 0
+        self._failures = 0
+        self._running = True
+        self._thread = threading.Thread(target=self._main, name="talker-worker", daemon=True)
+
+    # Called from other threads -------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def send(self, cmd: Command) -> None:
+        self.inbox.put(cmd)
+
+    def join(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # Worker thread -------------------------------------------------------------------------------
+    def _main(self) -> None:
+        self.device.enter_thread()
+        try:
+            self._loop()
+        except BaseException as exc:  # the loop itself broke: the engine cannot continue
+            log.exception("talker worker died")
+            self._die(exc)
+
+    def _loop(self) -> None:
+        idle = True
+        while self._running:
+            self._drain(block=not self.scheduler.has_work())
+            if not self._running:
+                break
+            self._retire_resolved()
+            if self.scheduler.has_work():
+                self._run_step(contiguous=not idle)
+                idle = False
+            else:
+                idle = True
+
+    def _drain(self, block: bool) -> None:
+        if block:
+            self._handle(self.inbox.get())
+        while not self.inbox.empty():
+            self._handle(self.inbox.get_nowait())
+
+    def _handle(self, cmd: Command) -> None:
+        sched = self.scheduler
+        if isinstance(cmd, Submit):
+            if self.dead is not None:
+                self._publish_failure([cmd.seq], self.dead, fatal=True)
+            else:
+                sched.add(cmd.seq)
+        elif isinstance(cmd, Abort):
+            seq = sched.by_id.get(cmd.request_id)
+            if seq is not None:
+                sched.finish(seq)
+        elif isinstance(cmd, Pause):
+            seq = sched.by_id.get(cmd.request_id)
+            if seq is not None:
+                sched.set_paused(seq, cmd.paused)
+        elif isinstance(cmd, Stop):
+            self._running = False
+
+    def _retire_resolved(self) -> None:
+        """Retire requests whose snapshot is resolved and shows EOS. Never waits for a copy."""
+        while self._unretired and self._unretired[0].fence.done():
+            snap = self._unretired.popleft()
+            assert snap.codes is not None
+            eos_rows = (snap.codes[:, 0] == self.eos_id).nonzero()
+            for row in eos_rows.view(-1).tolist():
+                self.scheduler.finish(snap.seqs[row])
+            snap.release()
+
+    def _run_step(self, contiguous: bool) -> None:
+        timing = StepTiming(step=self._step, start=time.perf_counter(), contiguous=contiguous)
+        plan = self.scheduler.schedule()
+        batch = plan.batch
+        try:
+            codes = self._forward_and_sample(plan, timing)
+        except Exception as exc:
+            self._step_failed(plan, exc)
+            return
+        self._failures = 0
+        self._advance(plan)
+        host, fence, buf = self.device.to_host(codes)
+        snap = StepSnapshot(self._step, tuple(batch), host, fence, buffer=buf)
+        self._unretired.append(snap)
+        self.publisher.publish(snap)
+        timing.published = time.perf_counter()
+        timing.batch = len(batch)
+        self.timings.push(timing)
+        self._step += 1
+
+    def _forward_and_sample(self, plan: StepPlan, timing: StepTiming) -> torch.Tensor:
+        if self.fault_hook is not None:
+            self.fault_hook("step", plan.batch)
+        timing.forward_start = time.perf_counter()
+        hidden = self.runner.forward(plan)
+        timing.forward_end = time.perf_counter()
+        if self.fault_hook is not None:
+            self.fault_hook("code_predictor", plan.batch)
+        codes = self.runner.sample(plan, hidden)
+        timing.sample_end = time.perf_counter()
+        return codes
+
+    def _advance(self, plan: StepPlan) -> None:
+        """Host mirror of the device state, then retire what hit its frame limit."""
+        for seq in plan.decode:
+            seq.length += 1
+            seq.frames += 1
+        for seq in plan.prefill:
+            seq.length = seq.prefill_len
+            seq.frames = 1
+        self.scheduler.commit(plan)
+        for seq in plan.batch:
+            if seq.frames >= seq.max_frames or seq.length + 1 >= self.runner.kv.max_len:
+                self.scheduler.finish(seq)
+
+    def _step_failed(self, plan: StepPlan, exc: Exception) -> None:
+        log.error("talker step %d failed for %d request(s): %r", self._step, len(plan.batch), exc)
+        self._failures += 1
+        fatal = self._failures >= MAX_CONSECUTIVE_FAILURES or _is_device_fatal(exc)
+        self.scheduler.commit(plan)
+        for seq in plan.batch:
+            self.scheduler.finish(seq)
+        self._publish_failure(plan.batch, exc, fatal=False)
+        self._step += 1
+        if fatal:
+            raise RuntimeError(f"engine stopped after repeated step failures: {exc!r}") from exc
+
+    def _publish_failure(self, seqs: list[Seq], exc: BaseException, fatal: bool) -> None:
+        self.publisher.publish(StepSnapshot(self._step, tuple(seqs), None, error=exc, fatal=fatal))
+
+    def _die(self, exc: BaseException) -> None:
+        self.dead = exc
+        seqs = self.scheduler.all_seqs()
+        for seq in seqs:
+            seq.status = SeqStatus.DONE
+        self._publish_failure(seqs, exc, fatal=True)
+        # Anything submitted after death is failed as it arrives.
+        self._running = True
+        while True:
+            cmd = self.inbox.get()
+            if isinstance(cmd, Stop):
+                return
+            self._handle(cmd)
+
+
+def _is_device_fatal(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "cuda error" in text or "device-side assert" in text or "out of memory" in text
+
