@@ -15,7 +15,7 @@ from talker.kv_cache import DenseKVCache, SlotKVCache
 from talker.models.qwen3_tts.config import Qwen3TTSConfig
 from talker.models.qwen3_tts.model import Talker
 from talker.models.qwen3_tts.prompt import prompt_embeds, trailing_row
-from talker.sampler import RowParams, apply_repetition_penalty, sample
+from talker.sampler import RowParams, apply_repetition_penalty, sample, step_uniforms
 from talker.scheduler import Seq, StepPlan
 
 MIN_FRAMES_BEFORE_EOS = 2
@@ -103,19 +103,20 @@ class Runner:
         )
         if bt.use_penalty:
             logits = apply_repetition_penalty(logits, self.seen[bt.slots], bt.penalty)
-        code0 = sample(logits, bt.talker, frames, draw=0)
-        codes, emb_sum = self._predict(hidden, code0, bt, frames)
+        u = step_uniforms(bt.talker.seeds, frames, self.groups)  # [B, G]
+        code0 = sample(logits, bt.talker, u[:, 0])
+        codes, emb_sum = self._predict(hidden, code0, bt, u)
         self._feed_back(bt, code0, emb_sum, frames)
         return codes
 
-    def _predict(self, hidden: Tensor, code0: Tensor, bt: BatchTensors, frames: Tensor) -> tuple[Tensor, Tensor]:
+    def _predict(self, hidden: Tensor, code0: Tensor, bt: BatchTensors, u: Tensor) -> tuple[Tensor, Tensor]:
         cp = self.talker.code_predictor
         emb = self.talker.embed_codec(code0)  # [B, H]
         emb_sum = emb.clone()
         codes = [code0]
         h = cp.step(torch.stack((hidden, emb), dim=1), 0, self.pred_kv.at(0))
         for g in range(1, self.groups):
-            code = sample(cp.lm_head[g - 1](h), bt.predictor, frames, draw=g)
+            code = sample(cp.lm_head[g - 1](h).float(), bt.predictor, u[:, g])
             codes.append(code)
             emb = cp.model.codec_embedding[g - 1](code)
             emb_sum += emb
@@ -150,7 +151,7 @@ class Runner:
             ),
             predictor=RowParams.stack(
                 sub_t, [p.subtalker_top_k for p in ps], [p.subtalker_top_p for p in ps],
-                [s ^ 0x5BD1E995 for s in seeds], vocab_p, dev,
+                seeds, vocab_p, dev,
             ),
             penalty=torch.tensor([p.repetition_penalty for p in ps], device=dev)[:, None],
             use_penalty=any(p.repetition_penalty != 1.0 for p in ps),

@@ -1,8 +1,8 @@
 """Batched sampling on the device with per-row parameters and per-request seeds.
 
-Randomness is counter-based: the noise for (seed, frame, draw, token) is a hash of those integers, so a request's
-audio does not depend on which other requests share its batch, on the batch order, or on the device. A row samples
-by the exponential race (argmax of p / E with E ~ Exp(1)), which draws exactly from p.
+Randomness is counter-based: a row's uniform number for (seed, frame, draw) is a hash of those integers, so a
+request's audio does not depend on which other requests share its batch or on the batch order. A row samples by
+inverse CDF over its top-k candidates sorted by logit, so one uniform per row and draw is all it needs.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -32,11 +33,11 @@ def _mix32(x: Tensor) -> Tensor:
     return x ^ (x >> 16)
 
 
-def uniform_noise(seeds: Tensor, frames: Tensor, draw: int, tokens: Tensor) -> Tensor:
-    """seeds, frames: [B] int64; tokens: [B, N] int64 -> u in (0, 1): [B, N] float32."""
+def step_uniforms(seeds: Tensor, frames: Tensor, draws: int) -> Tensor:
+    """seeds, frames: [B] int64 -> u in (0, 1): [B, draws] float32, one per row and draw of this frame."""
     h = _mix32((seeds & _M32) ^ _mul32(frames & _M32, 0x9E3779B1))
-    h = _mix32(h ^ ((draw * 0x27D4EB2F) & _M32))
-    x = _mix32(h[:, None] ^ _mul32(tokens & _M32, 0x165667B1))
+    d = _mul32(torch.arange(draws, device=seeds.device), 0x27D4EB2F)
+    x = _mix32(_mix32(h[:, None] ^ d[None, :]))
     return ((x >> 8).float() + 0.5) * (1.0 / (1 << 24))
 
 
@@ -70,23 +71,36 @@ class RowParams:
         )
 
 
-def sample(logits: Tensor, p: RowParams, frames: Tensor, draw: int) -> Tensor:
-    """logits: [B, V] float, frames: [B] int64 -> tokens: [B] int64."""
-    logits = logits.float()
-    best = logits.argmax(dim=-1)
+def top_candidates(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The k largest logits of each row, sorted descending. logits: [B, V] -> values, ids: [B, k]."""
+    if k >= logits.shape[-1]:
+        return logits.sort(dim=-1, descending=True, stable=True)
+    if logits.device.type == "cpu":
+        # CPU topk is a slow partial sort; a numpy quickselect then a small sort is several times faster
+        part = np.argpartition(logits.numpy(), -k, axis=-1)[:, -k:]
+        ids = torch.from_numpy(part)
+        values, order = logits.gather(1, ids).sort(dim=-1, descending=True, stable=True)
+        return values, ids.gather(1, order)
+    return logits.topk(k, dim=-1)
+
+
+def sample(logits: Tensor, p: RowParams, u: Tensor) -> Tensor:
+    """logits: [B, V] float32, u: [B] uniforms -> tokens: [B] int64."""
+    best = logits.max(dim=-1).indices
     if p.all_greedy:
         return best
     # 1. top-k candidates, scaled by temperature: [B, K]
-    values, idx = logits.topk(p.kmax, dim=-1)
+    values, ids = top_candidates(logits, p.kmax)
     rank = torch.arange(p.kmax, device=logits.device)
     values = (values / p.temperature).masked_fill(rank[None, :] >= p.top_k[:, None], float("-inf"))
     probs = values.softmax(dim=-1)
     # 2. top-p: keep a candidate while the mass before it is below p (the first one always stays)
-    before = probs.cumsum(dim=-1) - probs
-    probs = probs.masked_fill(before >= p.top_p, 0.0)
-    # 3. exponential race with counter-based noise keyed by token id
-    race = probs / -torch.log(uniform_noise(p.seeds, frames, draw, idx))
-    chosen = idx.gather(1, race.argmax(dim=-1, keepdim=True))[:, 0]
+    cdf = probs.cumsum(dim=-1)
+    probs = probs.masked_fill(cdf - probs >= p.top_p, 0.0)
+    cdf = probs.cumsum(dim=-1)
+    # 3. inverse CDF with the row's uniform
+    pick = (cdf < u[:, None] * cdf[:, -1:]).sum(dim=-1, keepdim=True).clamp(max=p.kmax - 1)
+    chosen = ids.gather(1, pick)[:, 0]
     return torch.where(p.greedy, best, chosen)
 
 

@@ -147,6 +147,7 @@ class GenerationDefaults:
     subtalker_top_k: int = 50
     subtalker_top_p: float = 1.0
     max_new_tokens: int = 8192
+    non_streaming_mode: bool = True  # Talkstream reads this optional key; the official default is True
 
     @classmethod
     def load(cls, directory: Path) -> GenerationDefaults:

@@ -39,18 +39,22 @@ class RMSNorm(nn.Module):
 
 class Rotary(nn.Module):
     """Plain RoPE. Qwen3-TTS's interleaved multimodal RoPE reduces to this for text-only positions
-    (all three position rows are equal)."""
-
-    inv_freq: Tensor
+    (all three position rows are equal). Frequencies stay float32 whatever the model dtype."""
 
     def __init__(self, head_dim: int, theta: float) -> None:
         super().__init__()
-        inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-        self.register_buffer("inv_freq", inv, persistent=False)
+        self.head_dim, self.theta = head_dim, theta
+        self._inv_freq: Tensor | None = None
+
+    def inv_freq(self, device: torch.device) -> Tensor:
+        if self._inv_freq is None or self._inv_freq.device != device:
+            exponents = torch.arange(0, self.head_dim, 2, dtype=torch.int64, device=device).float() / self.head_dim
+            self._inv_freq = 1.0 / (self.theta**exponents)
+        return self._inv_freq
 
     def forward(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         # positions: [B, T] -> cos, sin: [B, 1, T, D]
-        freqs = positions.float().unsqueeze(-1) * self.inv_freq
+        freqs = positions.float().unsqueeze(-1) * self.inv_freq(positions.device)
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(dtype).unsqueeze(1), emb.sin().to(dtype).unsqueeze(1)
 

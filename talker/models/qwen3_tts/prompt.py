@@ -1,8 +1,10 @@
 """Prompt construction for Qwen3-TTS, following the official package's layout.
 
-The prompt embeds are: [instruct] + role (`<|im_start|>assistant\\n`) + codec prefix summed with text pads/bos +
-first text token summed with codec bos. The rest of the text is fed one token per frame ("trailing text"),
-then `tts_eos`, then `tts_pad` forever.
+Both of the official text modes are supported:
+- full text (the official `generate_custom_voice` default, `non_streaming_mode=True`): the prompt holds the whole
+  text, each token summed with codec pad; every frame is then fed `tts_pad`.
+- streaming text: the prompt holds only the first text token; the rest is fed one token per frame ("trailing
+  text"), then `tts_eos`, then `tts_pad` forever.
 """
 
 from __future__ import annotations
@@ -35,10 +37,15 @@ class PromptIds:
     text_ids: tuple[int, ...]
     instruct_ids: tuple[int, ...] | None
     codec_prefix: tuple[int, ...]
+    streaming_text: bool = False
+
+    @property
+    def text(self) -> tuple[int, ...]:
+        return self.text_ids[ROLE_TOKENS:-TAIL_TOKENS]
 
     @property
     def trailing(self) -> tuple[int, ...]:
-        return self.text_ids[ROLE_TOKENS + 1 : -TAIL_TOKENS]
+        return self.text[1:] if self.streaming_text else ()
 
 
 def resolve_language(cfg: Qwen3TTSConfig, language: str | None, speaker: str | None) -> int | None:
@@ -68,19 +75,25 @@ def prompt_embeds(talker: Talker, cfg: Qwen3TTSConfig, ids: PromptIds, device: t
     def t(values: tuple[int, ...] | list[int]) -> Tensor:
         return torch.tensor(values, dtype=torch.long, device=device)
 
-    prefix = ids.codec_prefix
-    pads = [cfg.text.tts_pad] * (len(prefix) - 2) + [cfg.text.tts_bos]
+    prefix, c, x = ids.codec_prefix, cfg.codec, cfg.text
+    pads = [x.tts_pad] * (len(prefix) - 2) + [x.tts_bos]
     parts = [
         talker.embed_text(t(ids.text_ids[:ROLE_TOKENS])),
         talker.embed_text(t(pads)) + talker.embed_codec(t(prefix[:-1])),
-        talker.embed_text(t(ids.text_ids[ROLE_TOKENS : ROLE_TOKENS + 1])) + talker.embed_codec(t(prefix[-1:])),
     ]
+    if ids.streaming_text:
+        parts.append(talker.embed_text(t(ids.text[:1])) + talker.embed_codec(t(prefix[-1:])))
+    else:
+        text = [*ids.text, x.tts_eos]
+        parts.append(talker.embed_text(t(text)) + talker.embed_codec(t([c.pad] * len(text))))
+        parts.append(talker.embed_text(t([x.tts_pad])) + talker.embed_codec(t([c.bos])))
     if ids.instruct_ids:
         parts.insert(0, talker.embed_text(t(ids.instruct_ids)))
     return torch.cat(parts, dim=0)
 
 
 def trailing_row(cfg: Qwen3TTSConfig, ids: PromptIds, width: int) -> list[int]:
-    """Text token fed at frame f is row[min(f, width - 1)]: the text, then tts_eos, then tts_pad."""
-    row = [*ids.trailing, cfg.text.tts_eos]
+    """Text token fed at frame f is row[min(f, width - 1)]: the trailing text and tts_eos (streaming text only),
+    then tts_pad."""
+    row = [*ids.trailing, cfg.text.tts_eos] if ids.streaming_text else []
     return row + [cfg.text.tts_pad] * (width - len(row))

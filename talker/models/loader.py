@@ -1,0 +1,70 @@
+"""Loads a Talker checkpoint directory (Hugging Face layout) onto a device. Nothing is fetched."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from talker.models.qwen3_tts.config import CheckpointError, GenerationDefaults, Qwen3TTSConfig
+from talker.models.qwen3_tts.model import Qwen3TTSModel
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+IGNORED_PREFIXES = ("speaker_encoder.",)
+
+
+@dataclass(slots=True)
+class LoadedTalker:
+    path: Path
+    cfg: Qwen3TTSConfig
+    generation: GenerationDefaults
+    model: Qwen3TTSModel
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype '{name}'; use one of auto, {', '.join(sorted(DTYPES))}")
+    return DTYPES[name]
+
+
+def read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    files = sorted(directory.glob("model*.safetensors"))
+    if not files:
+        raise CheckpointError(f"missing checkpoint file: {directory / 'model.safetensors'}")
+    weights: dict[str, torch.Tensor] = {}
+    for f in files:
+        try:
+            weights.update(load_file(str(f)))
+        except (SafetensorError, OSError) as exc:
+            raise CheckpointError(f"malformed checkpoint file {f}: {exc}") from exc
+    return weights
+
+
+def load_talker(path: str | Path, device: torch.device, dtype: torch.dtype) -> LoadedTalker:
+    directory = Path(path)
+    if not directory.is_dir():
+        raise CheckpointError(f"model directory not found: {directory}")
+    cfg = Qwen3TTSConfig.load(directory)
+    generation = GenerationDefaults.load(directory)
+    with torch.device("meta"):
+        model = Qwen3TTSModel(cfg)
+    weights = {k: v for k, v in read_weights(directory).items() if not k.startswith(IGNORED_PREFIXES)}
+    expected = set(model.state_dict())
+    missing, unexpected = sorted(expected - set(weights)), sorted(set(weights) - expected)
+    if missing or unexpected:
+        raise CheckpointError(
+            f"checkpoint {directory / 'model.safetensors'} does not match config.json: "
+            f"missing {missing[:5]}{'…' if len(missing) > 5 else ''}, "
+            f"unexpected {unexpected[:5]}{'…' if len(unexpected) > 5 else ''}"
+        )
+    model.load_state_dict(weights, assign=True, strict=True)
+    model = model.to(device=device, dtype=dtype)
+    model.eval().requires_grad_(False)
+    return LoadedTalker(directory, cfg, generation, model)
+
