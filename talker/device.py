@@ -95,7 +95,7 @@ class DeviceLayer:
     def to_host(self, codes: Tensor) -> tuple[Tensor, Fence, HostBuffer | None]:
         """Enqueue the device-to-host copy of one step's codes. Returns (host view, fence, buffer to release)."""
         if not self.is_cuda:
-            return codes.clone(), COMPLETED, None
+            return codes, COMPLETED, None  # a fresh tensor every step: nothing to copy
         assert self._copy_stream is not None
         buf = self._host_buffer(tuple(codes.shape), codes.dtype)
         host = buf.data[: codes.numel()].view(codes.shape)

@@ -54,6 +54,7 @@ class Runner:
         self.suppress[t.vocab_size - 1024 :] = float("-inf")
         self.suppress[cfg.codec.eos] = 0.0
         self._batch: BatchTensors | None = None
+        self._feedback: tuple[BatchTensors, Tensor, Tensor, Tensor] | None = None
 
     @property
     def bytes_per_slot(self) -> int:
@@ -62,16 +63,23 @@ class Runner:
             per += buf.nbytes // buf.shape[0]
         return per
 
+    def prepare(self, plan: StepPlan) -> None:
+        """Host-to-device work of a new batch composition (nothing when it did not change)."""
+        self._batch_tensors(plan)
+
     # 1. forward
     @torch.inference_mode()
-    def forward(self, plan: StepPlan) -> Tensor:
+    def forward(self, plan: StepPlan, step: int) -> Tensor:
         """-> hidden [B, H] in batch order (decode rows, then prefill rows)."""
+        if self._feedback is not None:
+            self._feed_back(*self._feedback)
+            self._feedback = None
         bt = self._batch_tensors(plan)
         rows: list[Tensor] = []
         if plan.decode:
             slots = bt.decode_slots
             positions = self.lengths[slots]
-            kv_len = max(s.length for s in plan.decode) + 1
+            kv_len = plan.kv_offset + step
             x = self.next_embed[slots][:, None]
             kv = self.kv.for_decode(slots, positions, kv_len)
             rows.append(self.talker.backbone(x, positions[:, None], kv)[:, 0])
@@ -94,7 +102,7 @@ class Runner:
     # 2. sample codebook 0, then the residual codebooks
     @torch.inference_mode()
     def sample(self, plan: StepPlan, hidden: Tensor) -> Tensor:
-        """hidden: [B, H] -> codes [B, G] (int32), and feeds the frame back as the next input."""
+        """hidden: [B, H] -> codes [B, G] (int32). The frame is fed back as the next step's input."""
         bt = self._batch_tensors(plan)
         frames = self.frames[bt.slots]
         logits = self.talker.codec_head(hidden).float() + self.suppress
@@ -106,7 +114,7 @@ class Runner:
         u = step_uniforms(bt.talker.seeds, frames, self.groups)  # [B, G]
         code0 = sample(logits, bt.talker, u[:, 0])
         codes, emb_sum = self._predict(hidden, code0, bt, u)
-        self._feed_back(bt, code0, emb_sum, frames)
+        self._feedback = (bt, code0, emb_sum, frames)  # applied on the device by the next forward
         return codes
 
     def _predict(self, hidden: Tensor, code0: Tensor, bt: BatchTensors, u: Tensor) -> tuple[Tensor, Tensor]:
@@ -122,7 +130,7 @@ class Runner:
             emb_sum += emb
             if g < self.groups - 1:
                 h = cp.step(emb[:, None], g + 1, self.pred_kv.at(g + 1))
-        return torch.stack(codes, dim=1).to(torch.int32), emb_sum
+        return torch.stack(codes, dim=1).to(torch.int32), emb_sum  # a new tensor each step
 
     def _feed_back(self, bt: BatchTensors, code0: Tensor, emb_sum: Tensor, frames: Tensor) -> None:
         text = self.text_ids[bt.slots, frames.clamp(max=self.text_width - 1)]

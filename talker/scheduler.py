@@ -1,9 +1,13 @@
-"""Host-side bookkeeping of the Talker's slots: who waits, who runs, who is paused. Worker thread only."""
+"""Host-side bookkeeping of the Talker's slots: who waits, who runs, who is paused. Worker thread only.
+
+Per-step host work is O(1): a sequence's frame count and KV length follow from the step it joined at, and the
+step at which it reaches its limit is filed in a dict when it joins.
+"""
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
+from collections import defaultdict, deque
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -29,11 +33,14 @@ class Seq:
     max_frames: int
     sink: Any
     slot: int = -1
-    length: int = 0
-    frames: int = 0
     status: SeqStatus = SeqStatus.WAITING
     prefill_len: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    join_step: int = 0  # the step that prefilled it (shifted forward by time spent paused)
+    paused_at: int = 0
+    deadline: int = -1  # the last step it runs
+
+    def frames_after(self, step: int) -> int:
+        return step - self.join_step + 1
 
 
 @dataclass(slots=True)
@@ -41,21 +48,20 @@ class StepPlan:
     decode: list[Seq]
     prefill: list[Seq]
     version: int
-
-    @property
-    def batch(self) -> list[Seq]:
-        return self.decode + self.prefill
+    batch: tuple[Seq, ...]  # decode rows, then prefill rows
+    kv_offset: int  # decode rows attend to kv_offset + step positions at most
 
 
 class Scheduler:
-    def __init__(self, max_batch: int) -> None:
-        self.max_batch = max_batch
+    def __init__(self, max_batch: int, max_prefills: int, max_len: int) -> None:
+        self.max_batch, self.max_prefills, self.max_len = max_batch, max_prefills, max_len
         self.free_slots = list(range(max_batch - 1, -1, -1))
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.by_id: dict[str, Seq] = {}
         self.version = 0
-        self._decode: list[Seq] = []
+        self._deadlines: defaultdict[int, list[Seq]] = defaultdict(list)
+        self._plan = StepPlan([], [], 0, (), 0)
 
     @property
     def active(self) -> int:
@@ -66,30 +72,47 @@ class Scheduler:
         self.by_id[seq.request_id] = seq
 
     def has_work(self) -> bool:
-        return bool(self.waiting and self.free_slots) or bool(self._decode) or any(
-            s.status is SeqStatus.RUNNING for s in self.running
-        )
+        return bool(self._plan.decode) or bool(self.waiting and self.free_slots)
 
     def schedule(self) -> StepPlan:
+        if not (self.waiting and self.free_slots):
+            return self._plan
         prefill: list[Seq] = []
-        while self.waiting and self.free_slots:
+        while self.waiting and self.free_slots and len(prefill) < self.max_prefills:
             seq = self.waiting.popleft()
             seq.slot = self.free_slots.pop()
             seq.status = SeqStatus.RUNNING
             prefill.append(seq)
-        if prefill:
-            self.version += 1
-        return StepPlan(decode=self._decode, prefill=prefill, version=self.version)
+        self.version += 1
+        decode = self._plan.decode
+        return StepPlan(decode, prefill, self.version, (*decode, *prefill), self._plan.kv_offset)
 
-    def commit(self, plan: StepPlan) -> None:
+    def commit(self, plan: StepPlan, step: int) -> None:
         """After a step: prefilled sequences join the decode batch (appended, so row order is stable)."""
         if plan.prefill:
+            for seq in plan.prefill:
+                seq.join_step = step
+                self._file_deadline(seq)
             self.running.extend(plan.prefill)
             self._rebuild()
 
+    def expire(self, step: int) -> None:
+        """Finish the sequences whose last step was `step`."""
+        for seq in self._deadlines.pop(step, ()):
+            if seq.deadline == step:
+                self.finish(seq)
+
+    def _file_deadline(self, seq: Seq) -> None:
+        by_frames = seq.join_step + seq.max_frames - 1
+        by_length = seq.join_step + self.max_len - 2 - seq.prefill_len
+        seq.deadline = min(by_frames, by_length)
+        self._deadlines[seq.deadline].append(seq)
+
     def _rebuild(self) -> None:
-        self._decode = [s for s in self.running if s.status is SeqStatus.RUNNING]
+        decode = [s for s in self.running if s.status is SeqStatus.RUNNING]
+        kv_offset = max((s.prefill_len - s.join_step for s in decode), default=0)
         self.version += 1
+        self._plan = StepPlan(decode, [], self.version, tuple(decode), kv_offset)
 
     def finish(self, seq: Seq) -> bool:
         """Free whatever `seq` holds. False if it was already finished."""
@@ -97,21 +120,25 @@ class Scheduler:
             return False
         was_waiting = seq.status is SeqStatus.WAITING
         seq.status = SeqStatus.DONE
+        seq.deadline = -1
         self.by_id.pop(seq.request_id, None)
         if was_waiting:
             self.waiting.remove(seq)
             return True
-        self.running.remove(seq)
+        if seq in self.running:
+            self.running.remove(seq)
+            self._rebuild()
         self.free_slots.append(seq.slot)
-        self._rebuild()
         return True
 
-    def set_paused(self, seq: Seq, paused: bool) -> None:
-        if seq.status is SeqStatus.RUNNING and paused:
-            seq.status = SeqStatus.PAUSED
+    def set_paused(self, seq: Seq, paused: bool, step: int) -> None:
+        if seq.status is SeqStatus.RUNNING and paused and seq in self.running:
+            seq.status, seq.paused_at, seq.deadline = SeqStatus.PAUSED, step, -1
             self._rebuild()
         elif seq.status is SeqStatus.PAUSED and not paused:
             seq.status = SeqStatus.RUNNING
+            seq.join_step += step - seq.paused_at
+            self._file_deadline(seq)
             self._rebuild()
 
     def all_seqs(self) -> list[Seq]:

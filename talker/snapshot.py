@@ -3,6 +3,7 @@ and the step's timestamps."""
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,7 @@ class StepSnapshot:
     error: BaseException | None = None  # the step failed: its requests fail
     fatal: bool = False  # the engine is dead
     buffer: HostBuffer | None = None
+    timing: StepTiming | None = None
     _readers: int = 2  # the output side and the worker's retire check
 
     def release(self) -> None:
@@ -69,7 +71,7 @@ class TimingRing:
 def step_gaps_us(timings: list[StepTiming]) -> list[float]:
     """Gaps between consecutive steps in microseconds (only where step N+1 directly follows step N)."""
     gaps = []
-    for prev, cur in zip(timings, timings[1:], strict=False):
+    for prev, cur in itertools.pairwise(timings):
         if cur.contiguous and cur.step == prev.step + 1 and prev.sample_end and cur.forward_start:
             gaps.append((cur.forward_start - prev.sample_end) * 1e6)
     return gaps

@@ -58,10 +58,10 @@ FaultHook = Callable[[str, list[Seq]], None]
 class TalkerWorker:
     def __init__(
         self, runner: Runner, device: DeviceLayer, max_batch: int, publisher: Publisher, eos_id: int,
-        timing_ring: int = 4096,
+        max_prefills: int = 8, timing_ring: int = 4096,
     ) -> None:
         self.runner, self.device, self.publisher, self.eos_id = runner, device, publisher, eos_id
-        self.scheduler = Scheduler(max_batch)
+        self.scheduler = Scheduler(max_batch, max_prefills, runner.kv.max_len)
         self.inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self.timings = TimingRing(timing_ring)
         self.fault_hook: FaultHook | None = None  # test-only fault injection
@@ -97,17 +97,28 @@ class TalkerWorker:
             self._die(exc)
 
     def _loop(self) -> None:
+        pending: StepSnapshot | None = None  # published just before the next forward, or before going idle
         idle = True
         while self._running:
-            self._drain(block=not self.scheduler.has_work())
+            self._drain(block=pending is None and not self.scheduler.has_work())
             if not self._running:
                 break
             self._retire_resolved()
             if self.scheduler.has_work():
-                self._run_step(contiguous=not idle)
+                pending = self._run_step(pending, contiguous=not idle)
                 idle = False
             else:
+                if pending is not None:
+                    self._publish(pending)
+                    pending = None
                 idle = True
+        if pending is not None:
+            self._publish(pending)
+
+    def _publish(self, snap: StepSnapshot) -> None:
+        self.publisher.publish(snap)
+        if snap.timing is not None:
+            snap.timing.published = time.perf_counter()
 
     def _drain(self, block: bool) -> None:
         if block:
@@ -129,7 +140,7 @@ class TalkerWorker:
         elif isinstance(cmd, Pause):
             seq = sched.by_id.get(cmd.request_id)
             if seq is not None:
-                sched.set_paused(seq, cmd.paused)
+                sched.set_paused(seq, cmd.paused, self._step)
         elif isinstance(cmd, Stop):
             self._running = False
 
@@ -138,36 +149,43 @@ class TalkerWorker:
         while self._unretired and self._unretired[0].fence.done():
             snap = self._unretired.popleft()
             assert snap.codes is not None
-            eos_rows = (snap.codes[:, 0] == self.eos_id).nonzero()
-            for row in eos_rows.view(-1).tolist():
-                self.scheduler.finish(snap.seqs[row])
+            code0 = snap.codes.numpy()[:, 0].tolist()
+            if self.eos_id in code0:
+                for row, code in enumerate(code0):
+                    if code == self.eos_id:
+                        self.scheduler.finish(snap.seqs[row])
             snap.release()
 
-    def _run_step(self, contiguous: bool) -> None:
+    def _run_step(self, pending: StepSnapshot | None, contiguous: bool) -> StepSnapshot | None:
+        """schedule → publish the previous step → forward → sample → snapshot. Returns the unpublished snapshot."""
         timing = StepTiming(step=self._step, start=time.perf_counter(), contiguous=contiguous)
         plan = self.scheduler.schedule()
-        batch = plan.batch
         try:
+            self.runner.prepare(plan)
+            if pending is not None:
+                self._publish(pending)
             codes = self._forward_and_sample(plan, timing)
         except Exception as exc:
+            if pending is not None and pending.timing is not None and not pending.timing.published:
+                self._publish(pending)
             self._step_failed(plan, exc)
-            return
+            return None
         self._failures = 0
-        self._advance(plan)
+        self.scheduler.commit(plan, self._step)
+        self.scheduler.expire(self._step)
         host, fence, buf = self.device.to_host(codes)
-        snap = StepSnapshot(self._step, tuple(batch), host, fence, buffer=buf)
+        snap = StepSnapshot(self._step, plan.batch, host, fence, buffer=buf, timing=timing)
         self._unretired.append(snap)
-        self.publisher.publish(snap)
-        timing.published = time.perf_counter()
-        timing.batch = len(batch)
+        timing.batch = len(plan.batch)
         self.timings.push(timing)
         self._step += 1
+        return snap
 
     def _forward_and_sample(self, plan: StepPlan, timing: StepTiming) -> torch.Tensor:
         if self.fault_hook is not None:
             self.fault_hook("step", plan.batch)
         timing.forward_start = time.perf_counter()
-        hidden = self.runner.forward(plan)
+        hidden = self.runner.forward(plan, self._step)
         timing.forward_end = time.perf_counter()
         if self.fault_hook is not None:
             self.fault_hook("code_predictor", plan.batch)
@@ -175,27 +193,14 @@ class TalkerWorker:
         timing.sample_end = time.perf_counter()
         return codes
 
-    def _advance(self, plan: StepPlan) -> None:
-        """Host mirror of the device state, then retire what hit its frame limit."""
-        for seq in plan.decode:
-            seq.length += 1
-            seq.frames += 1
-        for seq in plan.prefill:
-            seq.length = seq.prefill_len
-            seq.frames = 1
-        self.scheduler.commit(plan)
-        for seq in plan.batch:
-            if seq.frames >= seq.max_frames or seq.length + 1 >= self.runner.kv.max_len:
-                self.scheduler.finish(seq)
-
     def _step_failed(self, plan: StepPlan, exc: Exception) -> None:
         log.error("talker step %d failed for %d request(s): %r", self._step, len(plan.batch), exc)
         self._failures += 1
         fatal = self._failures >= MAX_CONSECUTIVE_FAILURES or _is_device_fatal(exc)
-        self.scheduler.commit(plan)
+        self.scheduler.commit(plan, self._step)
         for seq in plan.batch:
             self.scheduler.finish(seq)
-        self._publish_failure(plan.batch, exc, fatal=False)
+        self._publish_failure(list(plan.batch), exc, fatal=False)
         self._step += 1
         if fatal:
             raise RuntimeError(f"engine stopped after repeated step failures: {exc!r}") from exc

@@ -29,6 +29,7 @@ from output_builder.codecs.qwen12hz_layers import (
     SplitResidualVQ,
     init_audible_,
 )
+from output_builder.codecs.qwen12hz_stream import DecodeStream, StreamingDecoder
 
 MODEL_TYPE = "qwen3_tts_tokenizer_12hz"
 CONFIG_FILE = "config.json"
@@ -200,6 +201,7 @@ class Qwen12HzCodec:
         self.receptive_field_frames = receptive_field_frames(self.config)
         self.max_left_context = max_left_context
         self._raw_config = dict(raw_config) if raw_config is not None else None
+        self._streamer = StreamingDecoder(self.module)
 
     @property
     def left_context_frames(self) -> int:
@@ -292,6 +294,19 @@ class Qwen12HzCodec:
             wav[i, job.context * spf : (job.context + job.new_frames) * spf].clone()
             for i, job in enumerate(chunks)
         ]
+
+    def open_stream(self) -> DecodeStream:
+        """A fresh per-request decoder state (zeros: the one-shot padding) for :meth:`decode_streams`."""
+        return self._streamer.open()
+
+    @torch.inference_mode()
+    def decode_streams(self, jobs: list[tuple[DecodeStream, Tensor]]) -> list[Tensor]:
+        """Exact incremental decode: each job is (state, codes [Q, N]) and gets N * samples_per_frame samples.
+
+        Decodes only the N new frames of each job and advances its state; the pieces of a stream concatenate
+        to :meth:`decode` of all its codes. Jobs with equal N share one batch. A state may appear only once.
+        """
+        return self._streamer.decode(jobs)
 
     def _check_job(self, job: ChunkJob) -> None:
         if job.codes.dim() != 2 or job.codes.shape[0] != self.num_quantizers:

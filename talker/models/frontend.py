@@ -7,8 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenizers import AddedToken, Tokenizer
-from tokenizers import decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 from talker.models.qwen3_tts.config import CheckpointError, GenerationDefaults, Qwen3TTSConfig
 from talker.models.qwen3_tts.prompt import PromptIds, assistant_text, codec_prefix, instruct_text

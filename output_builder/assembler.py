@@ -1,0 +1,67 @@
+"""Per-request frame assembly: each step's row of codes → codec chunks (a small first chunk for fast first audio,
+then larger ones). Runs wherever snapshots are consumed: the event loop (async mode) or the worker (sync mode)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from output_builder.streams import AudioStream
+from talker.request import FinishReason
+
+
+@dataclass(slots=True, eq=False)
+class RequestOutput:
+    """The output side of one request: the `sink` a worker Seq points at."""
+
+    request_id: str
+    stream: AudioStream
+    max_frames: int
+    eos_id: int
+    first_chunk: int
+    chunk: int
+    decoder: Any = None  # the codec's per-request stream state
+    frames: int = 0  # frames accepted (EOS and later frames are not counted)
+    chunks: int = 0
+    closed: bool = False  # no more frames are accepted
+    _pending: list[np.ndarray] = field(default_factory=list)
+
+    def push(self, row: np.ndarray) -> ChunkJob | None:
+        """row: [G] codes of one frame. Returns a chunk when one is ready."""
+        if self.closed:
+            return None
+        if int(row[0]) == self.eos_id:
+            return self._close(FinishReason.EOS)
+        self._pending.append(row)
+        self.frames += 1
+        if self.frames >= self.max_frames:
+            return self._close(FinishReason.MAX_FRAMES)
+        target = self.first_chunk if self.chunks == 0 else self.chunk
+        return self._cut(None) if len(self._pending) >= target else None
+
+    def _close(self, reason: FinishReason) -> ChunkJob:
+        self.closed = True
+        return self._cut(reason)
+
+    def _cut(self, final: FinishReason | None) -> ChunkJob:
+        codes = np.stack(self._pending, axis=1) if self._pending else None  # [G, N]
+        self._pending = []
+        self.chunks += 1
+        return ChunkJob(self, codes, final)
+
+    def abandon(self) -> None:
+        """Cancelled or failed: drop frames and decoder state."""
+        self.closed = True
+        self._pending = []
+        self.decoder = None
+
+
+@dataclass(slots=True)
+class ChunkJob:
+    """Codes to decode for one request; `final` ends its stream once the audio is delivered."""
+
+    out: RequestOutput
+    codes: np.ndarray | None  # [G, N], None when a final chunk has no new frames
+    final: FinishReason | None

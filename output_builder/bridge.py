@@ -1,0 +1,215 @@
+"""The one bridge from the Talker worker to asyncio, and the output work behind it.
+
+async mode: the worker's `publish` is one `call_soon_threadsafe` per step; a consumer task on the event loop takes
+snapshots in order, waits for each copy off-loop, routes rows to requests, and decodes each step's ready chunks
+as one batch on the codec worker thread.
+sync mode: the same routing and decoding run inline on the worker before its next step (the "before" picture).
+Both cut and batch chunks identically, so they produce byte-identical audio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from output_builder.assembler import ChunkJob, RequestOutput
+from output_builder.codecs.qwen12hz import Qwen12HzCodec
+from talker.request import FinishReason, RequestError
+from talker.snapshot import StepSnapshot
+
+log = logging.getLogger("talkstream.output")
+FaultHook = Callable[[str, list[ChunkJob]], None]
+
+
+class ChunkDecoder:
+    """Turns chunk jobs into 16-bit PCM. Owned by one thread at a time (the codec worker, or the worker in sync)."""
+
+    def __init__(self, codec: Qwen12HzCodec) -> None:
+        self.codec = codec
+        self.fault_hook: FaultHook | None = None  # test-only fault injection
+
+    def decode(self, jobs: list[ChunkJob]) -> list[np.ndarray | None]:
+        if self.fault_hook is not None:
+            self.fault_hook("codec", jobs)
+        live = [j for j in jobs if j.codes is not None and not j.out.stream.done]
+        for j in live:
+            if j.out.decoder is None:
+                j.out.decoder = self.codec.open_stream()
+        waves = self.codec.decode_streams(
+            [(j.out.decoder, torch.from_numpy(j.codes).long()) for j in live]  # type: ignore[arg-type]
+        )
+        by_job = {id(j): to_pcm16(w.numpy()) for j, w in zip(live, waves, strict=True)}
+        return [by_job.get(id(j)) for j in jobs]
+
+
+def to_pcm16(wave: np.ndarray) -> np.ndarray:
+    """float [-1, 1] -> int16, rounding to nearest."""
+    return np.clip(np.rint(wave * 32767.0), -32768, 32767).astype(np.int16)
+
+
+class OutputPipeline:
+    """Routing and delivery shared by both modes. `deliver*` run on the event loop."""
+
+    def __init__(self, decoder: ChunkDecoder, on_fatal: Callable[[BaseException], None]) -> None:
+        self.decoder = decoder
+        self.on_fatal = on_fatal
+        self.jobs_in_flight = 0
+
+    def route(self, snap: StepSnapshot) -> list[ChunkJob]:
+        """Rows of a resolved snapshot → ready chunks (in batch order)."""
+        assert snap.codes is not None
+        codes = snap.codes.numpy()  # [B, G]
+        jobs = []
+        for row, seq in enumerate(snap.seqs):
+            job = seq.sink.push(codes[row])
+            if job is not None:
+                jobs.append(job)
+        snap.release()
+        return jobs
+
+    def deliver(self, jobs: list[ChunkJob], pcm: list[np.ndarray | None]) -> None:
+        for job, audio in zip(jobs, pcm, strict=True):
+            stream = job.out.stream
+            if audio is not None:
+                stream.usage.frames += job.codes.shape[1] if job.codes is not None else 0
+                stream.put(audio)
+            if job.final is not None:
+                job.out.decoder = None
+                stream.finish(job.final)
+
+    def fail_jobs(self, jobs: list[ChunkJob], exc: BaseException, on_abort: Callable[[str], None]) -> None:
+        log.error("audio output failed for %d request(s): %r", len(jobs), exc)
+        for job in jobs:
+            self.fail_output(job.out, RequestError(f"audio decoding failed: {exc}", code="output_error"))
+            on_abort(job.out.request_id)
+
+    def fail_step(self, snap: StepSnapshot) -> None:
+        err = snap.error or RuntimeError("step failed")
+        for seq in snap.seqs:
+            self.fail_output(seq.sink, RequestError(f"generation failed: {err}", code="generation_error"))
+        if snap.fatal:
+            self.on_fatal(err)
+
+    @staticmethod
+    def fail_output(out: RequestOutput, exc: BaseException) -> None:
+        out.abandon()
+        out.stream.finish(FinishReason.ERROR, exc)
+
+
+class AsyncBridge:
+    """Publisher for async mode plus the consumer task that does the output work beside the decode loop.
+
+    Each step's snapshot crosses once, in order. The worker appends it to a deque and wakes the event loop with
+    `call_soon_threadsafe` only when the consumer is parked. While steps keep coming the consumer polls the deque
+    every `poll_s` instead: on two cores a wake-up per step costs the worker 25-60 µs of GIL hand-off inside the
+    step gap (measured), a deque append about 1 µs.
+    """
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, pipeline: OutputPipeline, codec_pool: ThreadPoolExecutor,
+        on_abort: Callable[[str], None], poll_s: float = 0.002, idle_polls: int = 50,
+    ) -> None:
+        self.loop, self.pipeline, self.pool, self.on_abort = loop, pipeline, codec_pool, on_abort
+        self.poll_s, self.idle_polls = poll_s, idle_polls
+        self._ready: deque[StepSnapshot | None] = deque()
+        self._parked = True
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def publish(self, snapshot: StepSnapshot | None) -> None:  # worker thread
+        self._ready.append(snapshot)
+        if self._parked:
+            self._parked = False
+            self.loop.call_soon_threadsafe(self._wakeup.set)
+
+    def start(self) -> None:
+        self._task = self.loop.create_task(self._consume(), name="output-builder")
+
+    async def stop(self) -> None:
+        self._ready.append(None)
+        self._parked = False
+        self._wakeup.set()
+        if self._task is not None:
+            await self._task
+
+    @property
+    def backlog(self) -> int:
+        return len(self._ready)
+
+    async def _next(self) -> StepSnapshot | None:
+        polls = 0
+        while not self._ready:
+            if polls < self.idle_polls:
+                polls += 1
+                await asyncio.sleep(self.poll_s)
+                continue
+            self._parked = True
+            if self._ready:  # appended between the check and parking
+                self._parked = False
+                break
+            self._wakeup.clear()
+            await self._wakeup.wait()
+            polls = 0
+        return self._ready.popleft()
+
+    async def _consume(self) -> None:
+        while (snap := await self._next()) is not None:
+            try:
+                await self._process(snap)
+            except Exception:  # a bug here must not kill the output path for everyone
+                log.exception("output builder failed on step %d", snap.step)
+
+    async def _process(self, snap: StepSnapshot) -> None:
+        if snap.error is not None:
+            self.pipeline.fail_step(snap)
+            return
+        if not snap.fence.done():
+            await self.loop.run_in_executor(self.pool, snap.fence.wait)
+        jobs = self.pipeline.route(snap)
+        if not jobs:
+            return
+        self.pipeline.jobs_in_flight += len(jobs)
+        try:
+            pcm = await self.loop.run_in_executor(self.pool, self.pipeline.decoder.decode, jobs)
+        except Exception as exc:
+            self.pipeline.fail_jobs(jobs, exc, self.on_abort)
+        else:
+            self.pipeline.deliver(jobs, pcm)
+        finally:
+            self.pipeline.jobs_in_flight -= len(jobs)
+
+
+class SyncBridge:
+    """Publisher for sync mode: all output work inline on the worker thread; only delivery hops to the loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, pipeline: OutputPipeline, on_abort: Callable[[str], None]):
+        self.loop, self.pipeline, self.on_abort = loop, pipeline, on_abort
+
+    backlog = 0
+
+    def publish(self, snap: StepSnapshot) -> None:  # worker thread
+        if snap.error is not None:
+            self.loop.call_soon_threadsafe(self.pipeline.fail_step, snap)
+            return
+        snap.fence.wait()
+        jobs = self.pipeline.route(snap)
+        if not jobs:
+            return
+        try:
+            pcm = self.pipeline.decoder.decode(jobs)
+        except Exception as exc:
+            self.loop.call_soon_threadsafe(self.pipeline.fail_jobs, jobs, exc, self.on_abort)
+        else:
+            self.loop.call_soon_threadsafe(self.pipeline.deliver, jobs, pcm)
+
+    def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None

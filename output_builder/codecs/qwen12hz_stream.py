@@ -1,0 +1,332 @@
+"""Exact stateful streaming decode for the Qwen3-TTS 12 Hz codec: each chunk decodes only its new frames.
+
+Every layer of the decoder is causal, so one request's past is summarised by a small per-layer state:
+
+* causal conv (kernel k, dilation d): last ``(k - 1) * d`` input samples, prepended instead of zero padding;
+* transposed conv (kernel k, stride s): the last ``ceil(k / s) - 1`` input samples; their output overlap is
+  recomputed and trimmed exactly as the one-shot path trims its tail (none when k == s);
+* sliding-window attention (window W counts the query frame itself): the last W - 1 rotated keys and values
+  per layer, with absolute RoPE positions so the tables are the one-shot ones;
+* everything else (codebooks, 1x1 convs, SnakeBeta, norms, MLPs) is per-sample and needs no state.
+
+A fresh state is all zeros, which is exactly the one-shot zero padding, so chunked output equals ``decode()``.
+Streams at different positions batch together: positions and the key mask are per batch row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from output_builder.codecs.qwen12hz_layers import (
+    Attention,
+    CausalConv1d,
+    CausalTransConv1d,
+    ConvNeXtBlock,
+    DecoderBlock,
+    ResidualUnit,
+    SlidingTransformer,
+    SnakeBeta,
+    TransformerLayer,
+    rotary_tables,
+)
+
+if TYPE_CHECKING:
+    from output_builder.codecs.qwen12hz import Qwen12HzDecoder
+
+StreamJob = tuple["DecodeStream", Tensor]
+
+
+@dataclass(eq=False, slots=True)
+class DecodeStream:
+    """One request's decoder state. Opaque to callers; create with ``Qwen12HzCodec.open_stream()``."""
+
+    slots: list[Tensor]  # one tensor [1, ...] per stateful layer, in StreamingDecoder slot order
+    owner: int  # id() of the StreamingDecoder that opened it
+    frames_decoded: int = 0
+
+    def nbytes(self) -> int:
+        """Bytes of tensor state held; constant for the life of the stream."""
+        return sum(t.numel() * t.element_size() for t in self.slots)
+
+
+def _trans_keep(layer: CausalTransConv1d) -> int:
+    """Earlier input samples that still add into the outputs of the next input sample."""
+    kernel, stride = layer.conv.kernel_size[0], layer.conv.stride[0]
+    return math.ceil(kernel / stride) - 1
+
+
+def _state_shape(module: nn.Module, window: int) -> tuple[int, ...] | None:
+    """Per-stream state shape (without the batch dim) of a stateful layer, None for stateless ones."""
+    if isinstance(module, CausalConv1d) and module.left_pad > 0:
+        return (module.conv.in_channels, module.left_pad)
+    if isinstance(module, CausalTransConv1d) and _trans_keep(module) > 0:
+        return (module.conv.in_channels, _trans_keep(module))
+    if isinstance(module, Attention):
+        return (2, module.kv_heads, window - 1, module.head_dim)
+    return None
+
+
+class _Derived:
+    """Per-layer tensors derived from weights (snake scales, transposed-conv weights), rebuilt on change."""
+
+    def __init__(self) -> None:
+        self._cache: dict[nn.Module, tuple[tuple[int, ...], tuple[Tensor, ...]]] = {}
+
+    def get(self, layer: nn.Module, make: Callable[[], tuple[Tensor, ...]]) -> tuple[Tensor, ...]:
+        key = tuple(v for p in layer.parameters() for v in (p.data_ptr(), p._version))
+        hit = self._cache.get(layer)
+        if hit is None or hit[0] != key:
+            hit = self._cache[layer] = (key, make())
+        return hit[1]
+
+
+def snake_scales(act: SnakeBeta) -> tuple[Tensor, Tensor]:
+    """e^alpha and 1 / (e^beta + 1e-9), each [1, C, 1], computed exactly as ``SnakeBeta.forward``."""
+    alpha = act.alpha.exp()[None, :, None]
+    return alpha, 1.0 / (act.beta.exp()[None, :, None] + 1e-9)
+
+
+def trans_as_conv(layer: CausalTransConv1d, taps: int) -> tuple[Tensor, Tensor]:
+    """ConvTranspose weight [C_in, C_out, K] -> conv1d weight [C_out * s, C_in, taps] and bias [C_out * s].
+
+    Transposed-conv output t * s + j is ``sum_m W[:, :, m * s + j] . x[t - m]``; conv tap p reads
+    x[t - (taps - 1) + p], so tap p holds offset m = taps - 1 - p.
+    """
+    weight, stride = layer.conv.weight, layer.stride
+    c_in, c_out = weight.shape[0], weight.shape[1]
+    weight = F.pad(weight, (0, taps * stride - weight.shape[-1]))  # [C_in, C_out, taps * s]
+    weight = weight.unflatten(-1, (taps, stride)).flip(2)  # [C_in, C_out, taps (p), s (j)]
+    weight = weight.permute(1, 3, 0, 2).reshape(c_out * stride, c_in, taps)
+    bias = layer.conv.bias if layer.conv.bias is not None else weight.new_zeros(c_out)
+    return weight, bias.repeat_interleave(stride)
+
+
+class _Pass:
+    """One batched step's view of the states: reads ``old`` slots, records the ``new`` ones (as views)."""
+
+    def __init__(self, index: dict[nn.Module, int], old: list[Tensor], derived: _Derived) -> None:
+        self.index, self.old, self.new, self.derived = index, old, list(old), derived
+
+    def conv(self, layer: CausalConv1d, x: Tensor) -> Tensor:
+        # x: [B, C_in, N] -> [B, C_out, N]
+        slot = self.index.get(layer)
+        if slot is None:
+            return cast(Tensor, layer.conv(x))
+        full = torch.cat((self.old[slot], x), dim=-1)  # full: [B, C_in, pad + N]
+        self.new[slot] = full[..., x.shape[-1] :]
+        return cast(Tensor, layer.conv(full))
+
+    def snake(self, act: SnakeBeta, x: Tensor, out: Tensor | None = None) -> Tensor:
+        """``SnakeBeta`` with the same arithmetic, in one temporary, optionally written into ``out``."""
+        # x: [B, C, T]
+        alpha, inv_beta = self.derived.get(act, lambda: snake_scales(act))
+        s = torch.mul(x, alpha)
+        s.sin_().pow_(2).mul_(inv_beta)
+        return torch.add(x, s, out=out if out is not None else s)
+
+    def snake_padded(self, act: SnakeBeta, layer: nn.Module, x: Tensor) -> Tensor:
+        """snake(x) written right after ``layer``'s cached input samples: [B, C, keep + N], no cat."""
+        slot, n = self.index[layer], x.shape[-1]
+        old = self.old[slot]  # old: [B, C, keep]
+        full = x.new_empty(x.shape[0], x.shape[1], old.shape[-1] + n)
+        full[..., : old.shape[-1]] = old
+        self.snake(act, x, out=full[..., old.shape[-1] :])
+        self.new[slot] = full[..., n:]
+        return full
+
+    def trans(self, layer: CausalTransConv1d, full: Tensor, n: int) -> Tensor:
+        """Transposed conv of the last N inputs of ``full`` [B, C_in, keep + N] -> [B, C_out, N * s]."""
+        taps = full.shape[-1] - n + 1
+        weight, bias = self.derived.get(layer, lambda: trans_as_conv(layer, taps))
+        y = F.conv1d(full, weight, bias)  # y: [B, C_out * s, N], channel o * s + j
+        return y.unflatten(1, (-1, layer.stride)).transpose(2, 3).reshape(y.shape[0], -1, n * layer.stride)
+
+    def kv(self, attn: Attention, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        # k, v: [B, KVH, N, D] -> cached + new: [B, KVH, W - 1 + N, D]
+        slot = self.index[attn]
+        cache = self.old[slot]  # cache: [B, 2, KVH, W - 1, D]
+        keep = cache.shape[3]
+        k, v = torch.cat((cache[:, 0], k), dim=2), torch.cat((cache[:, 1], v), dim=2)
+        length = k.shape[2]
+        self.new[slot] = torch.stack((k[:, :, length - keep :], v[:, :, length - keep :]), dim=1)
+        return k, v
+
+
+def window_mask(start: Tensor, n: int, window: int) -> Tensor:
+    """[B, 1, N, W - 1 + N] bool: key j (position start - W + 1 + j) is visible to query i (start + i)."""
+    keep = window - 1
+    i = torch.arange(n, device=start.device)[:, None]
+    j = torch.arange(keep + n, device=start.device)[None, :]
+    band = (j >= i) & (j <= i + keep)  # band: [N, L], ``t - W < s <= t``
+    filled = j[None] >= (keep - start)[:, None, None]  # filled: [B, 1, L], position >= 0
+    return (band[None] & filled)[:, None]
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    # x: [B, H, N, D]; cos, sin: [B, 1, N, D]
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+class StreamingDecoder:
+    """Runs a :class:`Qwen12HzDecoder` chunk by chunk over stacked per-stream states."""
+
+    def __init__(self, module: Qwen12HzDecoder) -> None:
+        self.module = module
+        self.window = module.cfg.sliding_window
+        self.index: dict[nn.Module, int] = {}
+        self.shapes: list[tuple[int, ...]] = []
+        for sub in module.modules():
+            shape = _state_shape(sub, self.window)
+            if shape is not None:
+                self.index[sub] = len(self.shapes)
+                self.shapes.append(shape)
+        self._rope: tuple[Tensor, Tensor] | None = None
+        self.derived = _Derived()
+
+    def open(self) -> DecodeStream:
+        param = next(self.module.parameters())
+        slots = [torch.zeros((1, *shape), device=param.device, dtype=param.dtype) for shape in self.shapes]
+        return DecodeStream(slots, owner=id(self))
+
+    def decode(self, jobs: Sequence[StreamJob]) -> list[Tensor]:
+        """Decodes every job's N new frames, one batch per distinct N; returns float32 CPU samples."""
+        self._check(jobs)
+        groups: dict[int, list[int]] = defaultdict(list)
+        for i, (_, codes) in enumerate(jobs):
+            groups[int(codes.shape[-1])].append(i)
+        out: list[Tensor] = [torch.zeros(0)] * len(jobs)
+        for n, members in groups.items():
+            if n == 0:
+                continue
+            wavs = self._decode_group([jobs[i] for i in members])
+            for i, wav in zip(members, wavs, strict=True):
+                out[i] = wav
+        return out
+
+    def _check(self, jobs: Sequence[StreamJob]) -> None:
+        seen: set[int] = set()
+        q = self.module.cfg.num_quantizers
+        for state, codes in jobs:
+            if state.owner != id(self):
+                raise ValueError("DecodeStream was opened by a different codec")
+            if id(state) in seen:
+                raise ValueError("a DecodeStream appears in more than one job of one call")
+            seen.add(id(state))
+            if codes.dim() != 2 or codes.shape[0] != q:
+                raise ValueError(f"stream codes must be [{q}, N], got {tuple(codes.shape)}")
+
+    def _decode_group(self, jobs: list[StreamJob]) -> list[Tensor]:
+        states = [state for state, _ in jobs]
+        param = next(self.module.parameters())
+        codes = torch.stack([c for _, c in jobs]).to(param.device, torch.long)  # codes: [B, Q, N]
+        if len(states) == 1:
+            slots = list(states[0].slots)
+        else:
+            slots = [torch.cat(group) for group in zip(*(s.slots for s in states), strict=True)]
+        start = torch.tensor([s.frames_decoded for s in states], device=param.device)
+        wav, new = self.step(codes, slots, start)
+        wav = wav.float().cpu()  # wav: [B, N * samples_per_frame]
+        for b, state in enumerate(states):
+            state.slots = [t[b : b + 1].clone() for t in new]
+            state.frames_decoded += int(codes.shape[-1])
+        return [row.clone() for row in wav] if len(states) > 1 else [wav[0]]
+
+    def step(self, codes: Tensor, slots: list[Tensor], start: Tensor) -> tuple[Tensor, list[Tensor]]:
+        """codes: [B, Q, N]; slots: stacked states; start: [B] frames already decoded.
+
+        Returns the clamped waveform [B, N * samples_per_frame] and the new stacked states (views).
+        """
+        m, run = self.module, _Pass(self.index, slots, self.derived)
+        h = run.conv(m.pre_conv, m.quantizer.decode(codes))  # h: [B, latent, N]
+        h = self._transformer(run, h.transpose(1, 2), start).transpose(1, 2)
+        for stage in m.upsample:
+            trans, block = cast(nn.Sequential, stage)
+            h = run.trans(cast(CausalTransConv1d, trans), h, h.shape[-1])
+            h = self._convnext(run, cast(ConvNeXtBlock, block), h)
+        stages = list(m.decoder)
+        h = run.conv(cast(CausalConv1d, stages[0]), h)  # h: [B, decoder_dim, N * 4]
+        for block in stages[1:-2]:
+            h = self._decoder_block(run, cast(DecoderBlock, block), h)
+        final = cast(CausalConv1d, stages[-1])
+        h = final.conv(run.snake_padded(cast(SnakeBeta, stages[-2]), final, h))
+        return h.squeeze(1).clamp(-1.0, 1.0), run.new
+
+    def _convnext(self, run: _Pass, block: ConvNeXtBlock, x: Tensor) -> Tensor:
+        # x: [B, C, T]
+        h = run.conv(block.dwconv, x).transpose(1, 2)  # h: [B, T, C]
+        h = block.pwconv2(block.act(block.pwconv1(block.norm(h))))
+        return x + (block.gamma * h).transpose(1, 2)
+
+    def _decoder_block(self, run: _Pass, block: DecoderBlock, x: Tensor) -> Tensor:
+        # x: [B, C_in, T] -> [B, C_out, T * rate]
+        act, trans, *units = block.block
+        layer = cast(CausalTransConv1d, trans)
+        x = run.trans(layer, run.snake_padded(cast(SnakeBeta, act), layer, x), x.shape[-1])
+        for unit in units:
+            x = self._residual_unit(run, cast(ResidualUnit, unit), x)
+        return x
+
+    def _residual_unit(self, run: _Pass, unit: ResidualUnit, x: Tensor) -> Tensor:
+        # x: [B, C, T]
+        h = run.snake(unit.act2, unit.conv1.conv(run.snake_padded(unit.act1, unit.conv1, x)))
+        conv2 = unit.conv2.conv  # 1x1: as a batched GEMM that also adds the residual (conv1d is slow for B > 1)
+        out = torch.baddbmm(x, conv2.weight[:, :, 0].expand(x.shape[0], -1, -1), h)  # out: x + W h
+        return out if conv2.bias is None else out.add_(conv2.bias[:, None])
+
+    def _transformer(self, run: _Pass, x: Tensor, start: Tensor) -> Tensor:
+        # x: [B, N, latent] -> [B, N, latent]; frame i of row b sits at position start[b] + i
+        tr: SlidingTransformer = self.module.pre_transformer
+        n = x.shape[1]
+        pos = start[:, None] + torch.arange(n, device=x.device)  # pos: [B, N]
+        cos, sin = self._rope_tables(int(pos.max()) + 1, x.device)
+        rope = (cos[pos][:, None].to(x.dtype), sin[pos][:, None].to(x.dtype))  # each [B, 1, N, D]
+        mask = window_mask(start, n, self.window)
+        h = tr.input_proj(x)
+        for layer in tr.layers:
+            h = self._layer(run, cast(TransformerLayer, layer), h, rope, mask)
+        return cast(Tensor, tr.output_proj(tr.norm(h)))
+
+    def _layer(
+        self, run: _Pass, layer: TransformerLayer, h: Tensor, rope: tuple[Tensor, Tensor], mask: Tensor
+    ) -> Tensor:
+        # h: [B, N, hidden]
+        h = h + layer.self_attn_layer_scale(
+            self._attend(run, layer.self_attn, layer.input_layernorm(h), rope, mask)
+        )
+        return h + layer.mlp_layer_scale(layer.mlp(layer.post_attention_layernorm(h)))
+
+    def _attend(
+        self, run: _Pass, attn: Attention, x: Tensor, rope: tuple[Tensor, Tensor], mask: Tensor
+    ) -> Tensor:
+        # x: [B, N, hidden]; mask: [B, 1, N, W - 1 + N]
+        cos, sin = rope
+
+        def split(t: Tensor, heads: int) -> Tensor:  # [B, N, heads * D] -> [B, heads, N, D]
+            return t.unflatten(-1, (heads, attn.head_dim)).transpose(1, 2)
+
+        q = _rotate(split(attn.q_proj(x), attn.heads), cos, sin)
+        k = _rotate(split(attn.k_proj(x), attn.kv_heads), cos, sin)
+        k, v = run.kv(attn, k, split(attn.v_proj(x), attn.kv_heads))
+        if attn.kv_heads != attn.heads:
+            k = k.repeat_interleave(attn.heads // attn.kv_heads, dim=1)
+            v = v.repeat_interleave(attn.heads // attn.kv_heads, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.head_dim**-0.5)
+        return cast(Tensor, attn.o_proj(out.transpose(1, 2).flatten(2)))
+
+    def _rope_tables(self, length: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """The one-shot cos/sin tables ([L, D], float32), grown by doubling and cached."""
+        tr = self.module.pre_transformer
+        cached = self._rope
+        if cached is None or cached[0].shape[0] < length or cached[0].device != device:
+            size = max(length, 2 * cached[0].shape[0] if cached is not None else 1024)
+            cached = self._rope = rotary_tables(size, tr.head_dim, tr.theta, device)
+        return cached

@@ -1,0 +1,217 @@
+"""The engine's Python API, used by the server: start/stop from a config, `submit(request) → AudioStream`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from output_builder.assembler import RequestOutput
+from output_builder.bridge import AsyncBridge, ChunkDecoder, OutputPipeline, SyncBridge
+from output_builder.codecs.qwen12hz import Qwen12HzCodec
+from output_builder.streams import AudioStream
+from talker.config import EngineConfig, OutputMode
+from talker.device import DeviceLayer, resolve_device
+from talker.models.frontend import Frontend, Voice, load_tokenizer
+from talker.models.loader import LoadedTalker, load_talker, resolve_dtype
+from talker.models.tiny import ensure_tiny
+from talker.request import (
+    EngineBusyError,
+    EngineDeadError,
+    EngineState,
+    RequestError,
+    SpeechRequest,
+)
+from talker.runner import Runner
+from talker.scheduler import Seq
+from talker.worker import Abort, Pause, Stop, Submit, TalkerWorker
+
+log = logging.getLogger("talkstream.engine")
+WATCHDOG_PERIOD_S = 0.5
+
+
+@dataclass(slots=True)
+class Loaded:
+    path: Path
+    talker: LoadedTalker
+    codec: Qwen12HzCodec
+    frontend: Frontend
+    device: torch.device
+
+
+class Engine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config.validate()
+        self.state = EngineState.STOPPED
+        self.dead_reason: str | None = None
+        self.model_id = "tiny" if config.model == "tiny" else Path(config.model).name
+        self.worker: TalkerWorker | None = None
+        self.pipeline: OutputPipeline | None = None
+        self._loaded: Loaded | None = None
+        self._outputs: dict[str, RequestOutput] = {}
+        self._bridge: AsyncBridge | SyncBridge | None = None
+        self._codec_pool: ThreadPoolExecutor | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # Lifecycle ------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.state = EngineState.STARTING
+        self._loop = asyncio.get_running_loop()
+        cfg = self.config
+        self._loaded = loaded = await asyncio.to_thread(self._load)
+        self._codec_pool = ThreadPoolExecutor(1, "codec-worker", initializer=torch.set_num_threads,
+                                              initargs=(cfg.torch_threads,))
+        self.pipeline = OutputPipeline(ChunkDecoder(loaded.codec), self._mark_dead)
+        if cfg.output_mode is OutputMode.ASYNC:
+            self._bridge = AsyncBridge(self._loop, self.pipeline, self._codec_pool, self._abort)
+        else:
+            self._bridge = SyncBridge(self._loop, self.pipeline, self._abort)
+        t = loaded.talker.cfg.talker
+        runner = Runner(loaded.talker.model.talker, loaded.talker.cfg, cfg.max_batch, cfg.max_len,
+                        cfg.text_width, loaded.device, next(loaded.talker.model.parameters()).dtype)
+        log.info("KV cache: %.1f MiB for %d slots (%d layers, hidden %d)",
+                 runner.kv.nbytes / 2**20, cfg.max_batch, t.num_layers, t.hidden_size)
+        self.worker = TalkerWorker(runner, DeviceLayer(loaded.device, cfg.torch_threads), cfg.max_batch,
+                                   self._bridge, loaded.talker.cfg.codec.eos, cfg.max_prefills_per_step,
+                                   cfg.timing_ring)
+        self._bridge.start()
+        self.worker.start()
+        self._watchdog = self._loop.create_task(self._watch_readers(), name="reader-watchdog")
+        self.state = EngineState.READY
+        if cfg.warmup:
+            await self._warmup()
+
+    def _load(self) -> Loaded:
+        cfg = self.config
+        device = resolve_device(cfg.device)
+        path = ensure_tiny(cfg.cache_dir) if cfg.model == "tiny" else Path(cfg.model)
+        talker = load_talker(path, device, resolve_dtype(cfg.dtype, device))
+        codec = Qwen12HzCodec.from_pretrained(path / "speech_tokenizer", device=device)
+        max_frames = min(cfg.max_frames, cfg.max_len // 2)
+        frontend = Frontend(talker.cfg, talker.generation, load_tokenizer(path), max_frames, cfg.text_width,
+                            cfg.max_len - max_frames)
+        return Loaded(path, talker, codec, frontend, device)
+
+    async def _warmup(self) -> None:
+        stream = self.submit(SpeechRequest(text="Warm up.", seed=0, max_frames=12))
+        async for _ in stream:
+            pass
+
+    async def drain(self, timeout: float) -> None:
+        """Stop admitting; wait up to `timeout` for in-flight streams to end, then abort the rest."""
+        if self.state is EngineState.READY:
+            self.state = EngineState.DRAINING
+        deadline = time.monotonic() + timeout
+        while self.active_requests() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for out in list(self._outputs.values()):
+            self._fail(out, EngineDeadError("the server is shutting down"))
+
+    async def stop(self) -> None:
+        if self.state is EngineState.STOPPED:
+            return
+        if self.state is not EngineState.DEAD:
+            self.state = EngineState.DRAINING
+        for out in list(self._outputs.values()):
+            self._fail(out, EngineDeadError("the engine stopped"))
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        if self.worker is not None:
+            self.worker.send(Stop())
+            await asyncio.to_thread(self.worker.join, 10.0)
+        if self._bridge is not None:
+            await self._bridge.stop()
+        if self._codec_pool is not None:
+            self._codec_pool.shutdown(wait=True)
+        self.state = EngineState.STOPPED if self.state is not EngineState.DEAD else EngineState.DEAD
+
+    # Requests -------------------------------------------------------------------------------------
+    def submit(self, request: SpeechRequest) -> AudioStream:
+        """Validate and enqueue. Raises RequestError (bad input), EngineBusyError or EngineDeadError."""
+        self._check_admission()
+        assert self._loaded is not None and self.worker is not None
+        prepared = self._loaded.frontend.prepare(request)
+        cfg = self.config
+        stream = AudioStream(request.request_id, self.sample_rate, cfg.max_ahead_s, self._abort, self._pace)
+        out = RequestOutput(request.request_id, stream, prepared.max_frames, self._loaded.talker.cfg.codec.eos,
+                            cfg.first_chunk_frames, cfg.chunk_frames)
+        seq = Seq(request.request_id, prepared.prompt, prepared.params, prepared.seed, prepared.max_frames, out)
+        self._outputs[request.request_id] = out
+        self.worker.send(Submit(seq))
+        return stream
+
+    def _check_admission(self) -> None:
+        if self.state is EngineState.DEAD:
+            raise EngineDeadError(f"the engine is dead: {self.dead_reason}")
+        if self.state is not EngineState.READY:
+            raise EngineDeadError(f"the engine is {self.state.value}")
+        if self.active_requests() >= self.config.max_batch + self.config.max_queue:
+            raise EngineBusyError("the server is at capacity; retry shortly", retry_after_s=1.0)
+
+    def active_requests(self) -> int:
+        for rid in [rid for rid, out in self._outputs.items() if out.stream.done]:
+            del self._outputs[rid]
+        return len(self._outputs)
+
+    def _abort(self, request_id: str) -> None:
+        out = self._outputs.pop(request_id, None)
+        if out is not None:
+            out.abandon()
+        if self.worker is not None:
+            self.worker.send(Abort(request_id))
+
+    def _pace(self, request_id: str, paused: bool) -> None:
+        if self.worker is not None:
+            self.worker.send(Pause(request_id, paused))
+
+    def _fail(self, out: RequestOutput, exc: BaseException) -> None:
+        OutputPipeline.fail_output(out, exc)
+        self._abort(out.request_id)
+
+    def _mark_dead(self, exc: BaseException) -> None:
+        log.error("engine is dead: %r", exc)
+        self.state = EngineState.DEAD
+        self.dead_reason = str(exc) or type(exc).__name__
+        for out in list(self._outputs.values()):
+            OutputPipeline.fail_output(out, EngineDeadError(f"the engine is dead: {self.dead_reason}"))
+
+    async def _watch_readers(self) -> None:
+        timeout = self.config.reader_timeout_s
+        while True:
+            await asyncio.sleep(WATCHDOG_PERIOD_S)
+            now = time.monotonic()
+            for out in list(self._outputs.values()):
+                if out.stream.idle_for(now) > timeout:
+                    log.warning("dropping request %s: its reader was idle for %.0f s", out.request_id, timeout)
+                    self._fail(out, RequestError("the client stopped reading audio", code="reader_timeout"))
+            if self.worker is not None and not self.worker.alive and self.state is not EngineState.STOPPED:
+                self._mark_dead(RuntimeError("the talker worker thread exited"))
+
+    # Introspection --------------------------------------------------------------------------------
+    @property
+    def sample_rate(self) -> int:
+        return self._loaded.codec.sample_rate if self._loaded else 24000
+
+    @property
+    def voices(self) -> dict[str, Voice]:
+        return self._loaded.frontend.voices if self._loaded else {}
+
+    @property
+    def languages(self) -> list[str]:
+        return ["auto", *sorted(self._loaded.talker.cfg.languages)] if self._loaded else ["auto"]
+
+    def stats(self) -> dict[str, int]:
+        sched = self.worker.scheduler if self.worker else None
+        return {
+            "active_requests": self.active_requests(),
+            "slots_in_use": sched.active if sched else 0,
+            "queued_requests": len(sched.waiting) if sched else 0,
+            "codec_jobs_in_flight": self.pipeline.jobs_in_flight if self.pipeline else 0,
+            "snapshot_backlog": self._bridge.backlog if self._bridge else 0,
+        }

@@ -1,0 +1,115 @@
+"""Bounded per-request audio streams: the only thing a client's handler reads from.
+
+A stream buffers PCM ahead of its reader. Past `max_ahead_s` it asks the engine to pause its request; once the
+reader drains half of that, it asks to resume. Lives on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from talker.request import FinishReason
+
+
+@dataclass(slots=True)
+class Usage:
+    frames: int = 0
+    samples: int = 0
+    sample_rate: int = 24000
+
+    @property
+    def audio_seconds(self) -> float:
+        return self.samples / self.sample_rate
+
+
+class AudioStream:
+    """Async iterator of int16 mono PCM chunks. `cancel()` aborts the request; it is idempotent."""
+
+    def __init__(
+        self, request_id: str, sample_rate: int, max_ahead_s: float,
+        on_cancel: Callable[[str], None], on_pace: Callable[[str, bool], None],
+    ) -> None:
+        self.request_id = request_id
+        self.sample_rate = sample_rate
+        self.usage = Usage(sample_rate=sample_rate)
+        self.finish_reason: FinishReason | None = None
+        self.error: BaseException | None = None
+        self.created = time.monotonic()
+        self.first_audio_at: float | None = None
+        self.last_read = self.created
+        self._chunks: deque[np.ndarray] = deque()
+        self._buffered = 0
+        self._high = int(max_ahead_s * sample_rate)
+        self._paused = False
+        self._wakeup = asyncio.Event()
+        self._on_cancel, self._on_pace = on_cancel, on_pace
+
+    # Producer side (event loop) -------------------------------------------------------------------
+    def put(self, pcm: np.ndarray) -> None:
+        if self.finish_reason is not None or pcm.size == 0:
+            return
+        if self.first_audio_at is None:
+            self.first_audio_at = time.monotonic()
+        self._chunks.append(pcm)
+        self._buffered += pcm.size
+        self.usage.samples += pcm.size
+        self._wakeup.set()
+        if not self._paused and self._buffered > self._high:
+            self._paused = True
+            self._on_pace(self.request_id, True)
+
+    def finish(self, reason: FinishReason, error: BaseException | None = None) -> None:
+        if self.finish_reason is not None:
+            return
+        self.finish_reason, self.error = reason, error
+        self._wakeup.set()
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def buffered_seconds(self) -> float:
+        return self._buffered / self.sample_rate
+
+    @property
+    def time_to_first_audio(self) -> float | None:
+        return None if self.first_audio_at is None else self.first_audio_at - self.created
+
+    # Consumer side ------------------------------------------------------------------------------------
+    def cancel(self) -> None:
+        if self.finish_reason is None:
+            self.finish(FinishReason.CANCELLED)
+            self._chunks.clear()
+            self._buffered = 0
+            self._on_cancel(self.request_id)
+
+    def __aiter__(self) -> AudioStream:
+        return self
+
+    async def __anext__(self) -> np.ndarray:
+        while not self._chunks:
+            if self.finish_reason is not None:
+                if self.error is not None and self.finish_reason is FinishReason.ERROR:
+                    raise self.error
+                raise StopAsyncIteration
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        pcm = self._chunks.popleft()
+        self._buffered -= pcm.size
+        self.last_read = time.monotonic()
+        if self._paused and self._buffered <= self._high // 2:
+            self._paused = False
+            if self.finish_reason is None:
+                self._on_pace(self.request_id, False)
+        return pcm
+
+    def idle_for(self, now: float) -> float:
+        """Seconds the reader has left buffered audio unread (0 when nothing waits)."""
+        return now - self.last_read if self._chunks else 0.0

@@ -1,0 +1,84 @@
+"""The one engine configuration: validated once, passed down explicitly. Environment variables are read here."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+
+class OutputMode(StrEnum):
+    ASYNC = "async"
+    SYNC = "sync"
+
+
+ENV_PREFIX = "TALKSTREAM_"
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "talkstream"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    model: str = "tiny"  # "tiny" or a checkpoint directory
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16
+    output_mode: OutputMode = OutputMode.ASYNC
+    max_batch: int = 32  # Talker slots
+    max_queue: int = 64  # requests waiting for a slot before new ones are refused
+    max_prefills_per_step: int = 8
+    max_len: int = 2048  # KV positions per slot (prompt + frames)
+    max_frames: int = 1500  # per request (120 s of audio)
+    text_width: int = 1024  # text tokens per request
+    first_chunk_frames: int = 2
+    chunk_frames: int = 8
+    max_ahead_s: float = 8.0  # audio buffered ahead of a reader before its request is paused
+    reader_timeout_s: float = 30.0  # a reader that reads nothing for this long while audio waits is dropped
+    torch_threads: int = 1  # per worker thread
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    warmup: bool = True
+    timing_ring: int = 4096
+
+    def validate(self) -> EngineConfig:
+        positive = ("max_batch", "max_prefills_per_step", "max_len", "max_frames", "text_width",
+                    "first_chunk_frames", "chunk_frames", "torch_threads", "timing_ring")
+        for name in positive:
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.max_queue < 0:
+            raise ValueError("max_queue must be >= 0")
+        if self.max_ahead_s <= 0 or self.reader_timeout_s <= 0:
+            raise ValueError("max_ahead_s and reader_timeout_s must be > 0")
+        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
+            raise ValueError(f"device must be auto, cpu or cuda[:N], not {self.device!r}")
+        if self.model != "tiny" and not Path(self.model).is_dir():
+            raise ValueError(f"model must be 'tiny' or a checkpoint directory; {self.model!r} is neither")
+        return replace(self, output_mode=OutputMode(self.output_mode), cache_dir=Path(self.cache_dir))
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> EngineConfig:
+        """Defaults, then TALKSTREAM_* environment variables, then explicit overrides (e.g. CLI flags)."""
+        values: dict[str, Any] = {}
+        defaults = cls()
+        for f in fields(cls):
+            raw = os.environ.get(ENV_PREFIX + f.name.upper())
+            if raw is not None:
+                values[f.name] = _parse(raw, getattr(defaults, f.name))
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values).validate()
+
+
+def _parse(raw: str, default: Any) -> Any:
+    if isinstance(default, bool):
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    if isinstance(default, Path):
+        return Path(raw)
+    return type(default)(raw)
+
+
+def api_key_from_env() -> str | None:
+    return os.environ.get(ENV_PREFIX + "API_KEY") or None
