@@ -1,0 +1,30 @@
+"""Shared fixtures: one tiny checkpoint per test session, generated into a temporary cache directory through the
+same generator and loader as `--model tiny`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from talker.config import EngineConfig
+from talker.models.tiny import ensure_tiny
+
+FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+OFFICIAL_TINY = FIXTURES / "qwen3-tts-tiny-official-cv"
+
+
+@pytest.fixture(scope="session")
+def tiny_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("talkstream-cache")
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tiny_cache: Path) -> Path:
+    return ensure_tiny(tiny_cache)
+
+
+@pytest.fixture
+def engine_config(tiny_cache: Path, tiny_dir: Path) -> Iterator[EngineConfig]:
+    yield EngineConfig(model="tiny", device="cpu", cache_dir=tiny_cache, max_batch=8, max_queue=8, warmup=False)
