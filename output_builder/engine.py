@@ -17,7 +17,7 @@ from output_builder.codecs.qwen12hz import Qwen12HzCodec
 from output_builder.streams import AudioStream
 from talker.config import EngineConfig, OutputMode
 from talker.device import DeviceLayer, resolve_device
-from talker.models.frontend import Frontend, Voice, load_tokenizer
+from talker.models.frontend import Frontend, Prepared, Voice, load_tokenizer
 from talker.models.loader import LoadedTalker, load_talker, resolve_dtype
 from talker.models.tiny import ensure_tiny
 from talker.request import (
@@ -134,24 +134,35 @@ class Engine:
     # Requests -------------------------------------------------------------------------------------
     def submit(self, request: SpeechRequest) -> AudioStream:
         """Validate and enqueue. Raises RequestError (bad input), EngineBusyError or EngineDeadError."""
-        self._check_admission()
-        assert self._loaded is not None and self.worker is not None
-        prepared = self._loaded.frontend.prepare(request)
-        cfg = self.config
-        stream = AudioStream(request.request_id, self.sample_rate, cfg.max_ahead_s, self._abort, self._pace)
-        out = RequestOutput(request.request_id, stream, prepared.max_frames, self._loaded.talker.cfg.codec.eos,
-                            cfg.first_chunk_frames, cfg.chunk_frames)
-        seq = Seq(request.request_id, prepared.prompt, prepared.params, prepared.seed, prepared.max_frames, out)
-        self._outputs[request.request_id] = out
-        self.worker.send(Submit(seq))
-        return stream
+        return self.submit_many([request])[0]
 
-    def _check_admission(self) -> None:
+    def submit_many(self, requests: list[SpeechRequest]) -> list[AudioStream]:
+        """Submit requests that the worker sees together (admitted in one step when slots allow)."""
+        self._check_admission(len(requests))
+        assert self._loaded is not None and self.worker is not None
+        prepared = [self._loaded.frontend.prepare(r) for r in requests]
+        ids = [r.request_id for r in requests]
+        if len(set(ids)) != len(ids) or any(rid in self._outputs for rid in ids):
+            raise RequestError("request_id is already in use", param="request_id")
+        seqs = tuple(self._seq_for(p) for p in prepared)
+        self.worker.send(Submit(seqs))
+        return [seq.sink.stream for seq in seqs]
+
+    def _seq_for(self, p: Prepared) -> Seq:
+        assert self._loaded is not None
+        cfg, rid = self.config, p.request.request_id
+        stream = AudioStream(rid, self.sample_rate, cfg.max_ahead_s, self._abort, self._pace)
+        eos = self._loaded.talker.cfg.codec.eos
+        out = RequestOutput(rid, stream, p.max_frames, eos, cfg.first_chunk_frames, cfg.chunk_frames)
+        self._outputs[rid] = out
+        return Seq(rid, p.prompt, p.params, p.seed, p.max_frames, out)
+
+    def _check_admission(self, n: int) -> None:
         if self.state is EngineState.DEAD:
             raise EngineDeadError(f"the engine is dead: {self.dead_reason}")
         if self.state is not EngineState.READY:
             raise EngineDeadError(f"the engine is {self.state.value}")
-        if self.active_requests() >= self.config.max_batch + self.config.max_queue:
+        if self.active_requests() + n > self.config.max_batch + self.config.max_queue:
             raise EngineBusyError("the server is at capacity; retry shortly", retry_after_s=1.0)
 
     def active_requests(self) -> int:

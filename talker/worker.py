@@ -32,7 +32,7 @@ class Publisher(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Submit:
-    seq: Seq
+    seqs: tuple[Seq, ...]  # admitted together when slots allow
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,9 +130,10 @@ class TalkerWorker:
         sched = self.scheduler
         if isinstance(cmd, Submit):
             if self.dead is not None:
-                self._publish_failure([cmd.seq], self.dead, fatal=True)
+                self._publish_failure(list(cmd.seqs), self.dead, fatal=True)
             else:
-                sched.add(cmd.seq)
+                for seq in cmd.seqs:
+                    sched.add(seq)
         elif isinstance(cmd, Abort):
             seq = sched.by_id.get(cmd.request_id)
             if seq is not None:

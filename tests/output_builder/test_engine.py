@@ -1,0 +1,139 @@
+"""The engine end to end on the tiny model: real worker thread, real codec, real streams."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+
+from output_builder.engine import Engine
+from output_builder.streams import AudioStream
+from talker.config import EngineConfig, OutputMode
+from talker.request import EngineBusyError, EngineDeadError, EngineState, FinishReason, RequestError, SpeechRequest
+
+TEXT = "Hello world, this is a tiny test of the streaming engine."
+
+
+@pytest.fixture
+async def engine(engine_config: EngineConfig) -> AsyncIterator[Engine]:
+    e = Engine(engine_config)
+    await e.start()
+    yield e
+    await e.stop()
+
+
+async def collect(stream: AudioStream) -> np.ndarray:
+    chunks = [c async for c in stream]
+    return np.concatenate(chunks) if chunks else np.zeros(0, np.int16)
+
+
+async def wait_until(cond, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+def assert_idle(e: Engine) -> None:
+    stats = e.stats()
+    assert stats["active_requests"] == 0 and stats["slots_in_use"] == 0 and stats["queued_requests"] == 0
+
+
+async def test_streams_end_at_eos_with_whole_frames(engine: Engine) -> None:
+    streams = engine.submit_many([SpeechRequest(text=TEXT, seed=i, voice="alloy") for i in range(4)])
+    audio = await asyncio.gather(*(collect(s) for s in streams))
+    for s, a in zip(streams, audio, strict=True):
+        assert s.finish_reason is FinishReason.EOS
+        assert a.dtype == np.int16 and a.size == s.usage.frames * 1920 > 0
+        assert s.time_to_first_audio is not None
+    await wait_until(lambda: engine.stats()["slots_in_use"] == 0)
+    assert_idle(engine)
+
+
+async def test_max_frames_ends_the_stream(engine: Engine) -> None:
+    stream = engine.submit(SpeechRequest(text=TEXT, seed=1, max_frames=5))
+    audio = await collect(stream)
+    assert stream.finish_reason is FinishReason.MAX_FRAMES and audio.size == 5 * 1920
+
+
+async def test_async_and_sync_modes_give_identical_audio(engine_config: EngineConfig) -> None:
+    requests = [SpeechRequest(text=f"{TEXT} Number {i}.", seed=100 + i, voice=v)
+                for i, v in enumerate(["aria", "ben", "alloy", "nova"])]
+    results = {}
+    for mode in (OutputMode.ASYNC, OutputMode.SYNC):
+        e = Engine(dataclasses.replace(engine_config, output_mode=mode))
+        await e.start()
+        fresh = [dataclasses.replace(r, request_id=f"{mode}-{i}") for i, r in enumerate(requests)]
+        results[mode] = await asyncio.gather(*(collect(s) for s in e.submit_many(fresh)))
+        await e.stop()
+    for a, b in zip(results[OutputMode.ASYNC], results[OutputMode.SYNC], strict=True):
+        assert a.size > 0 and a.tobytes() == b.tobytes()
+
+
+async def test_same_seed_same_audio_different_seed_different_audio(engine: Engine) -> None:
+    a = await collect(engine.submit(SpeechRequest(text=TEXT, seed=7)))
+    b = await collect(engine.submit(SpeechRequest(text=TEXT, seed=7)))
+    c = await collect(engine.submit(SpeechRequest(text=TEXT, seed=8)))
+    assert a.tobytes() == b.tobytes() and a.tobytes() != c.tobytes()
+
+
+async def test_cancel_frees_the_slot_within_a_step(engine: Engine) -> None:
+    stream = engine.submit(SpeechRequest(text=TEXT * 8, seed=3, max_frames=1000))
+    await stream.__anext__()
+    assert engine.worker is not None
+    steps_before = engine.worker.timings.total_steps
+    stream.cancel()
+    stream.cancel()
+    await wait_until(lambda: engine.stats()["slots_in_use"] == 0)
+    assert engine.worker.timings.total_steps - steps_before <= 2
+    assert stream.finish_reason is FinishReason.CANCELLED
+    assert await collect(stream) is not None
+    assert_idle(engine)
+
+
+async def test_cancelling_a_finished_request_is_harmless(engine: Engine) -> None:
+    stream = engine.submit(SpeechRequest(text="Hi.", seed=3))
+    await collect(stream)
+    stream.cancel()
+    assert stream.finish_reason is FinishReason.EOS
+    assert_idle(engine)
+
+
+async def test_bad_input_fails_before_engine_work(engine: Engine) -> None:
+    assert engine.worker is not None
+    steps = engine.worker.timings.total_steps
+    for bad in (SpeechRequest(text=""), SpeechRequest(text="hi", voice="nobody"),
+                SpeechRequest(text="hi", temperature=-1.0), SpeechRequest(text="x" * 5000)):
+        with pytest.raises(RequestError):
+            engine.submit(bad)
+    await asyncio.sleep(0.05)
+    assert engine.worker.timings.total_steps == steps
+    assert_idle(engine)
+
+
+async def test_full_engine_refuses_with_busy(engine_config: EngineConfig) -> None:
+    e = Engine(dataclasses.replace(engine_config, max_batch=1, max_queue=1))
+    await e.start()
+    try:
+        keep = e.submit_many([SpeechRequest(text=TEXT * 4, seed=i) for i in range(2)])
+        with pytest.raises(EngineBusyError):
+            e.submit(SpeechRequest(text=TEXT))
+        for s in keep:
+            s.cancel()
+    finally:
+        await e.stop()
+
+
+async def test_submit_before_start_and_after_stop_is_refused(engine_config: EngineConfig) -> None:
+    e = Engine(engine_config)
+    with pytest.raises(EngineDeadError):
+        e.submit(SpeechRequest(text=TEXT))
+    await e.start()
+    await e.stop()
+    assert e.state is EngineState.STOPPED
+    with pytest.raises(EngineDeadError):
+        e.submit(SpeechRequest(text=TEXT))

@@ -1,0 +1,75 @@
+"""The official fixture checkpoint loads unchanged and speaks as the official package does (greedy)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from output_builder.codecs.qwen12hz import Qwen12HzCodec
+from talker.models.frontend import Frontend, load_tokenizer
+from talker.models.loader import load_talker
+from talker.models.qwen3_tts.config import CheckpointError
+from talker.request import SpeechRequest
+from talker.runner import Runner
+from talker.scheduler import Scheduler, Seq
+
+FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "qwen3-tts-tiny-official-cv"
+TEXTS = ["hello world this is a tiny test", "the quick brown fox jumps over the lazy dog"]
+pytestmark = pytest.mark.skipif(not FIXTURE.is_dir(), reason="shared fixtures not present")
+
+
+def greedy_codes(texts: list[str], frames: int, max_batch: int = 4) -> list[np.ndarray]:
+    """Run the fixture through Runner + Scheduler directly (no threads): codes [T, 16] per text."""
+    dev = torch.device("cpu")
+    loaded = load_talker(FIXTURE, dev, torch.float32)
+    frontend = Frontend(loaded.cfg, loaded.generation, load_tokenizer(FIXTURE), 500, 256, 512)
+    runner = Runner(loaded.model.talker, loaded.cfg, max_batch, 512, 256, dev, torch.float32)
+    sched = Scheduler(max_batch, max_batch, 512)
+    seqs = []
+    for i, text in enumerate(texts):
+        p = frontend.prepare(SpeechRequest(text=text, voice="ryan", temperature=0.0, repetition_penalty=1.0))
+        params = dataclasses.replace(p.params, subtalker_temperature=0.0)
+        seqs.append(Seq(f"r{i}", p.prompt, params, p.seed, frames, []))
+        sched.add(seqs[-1])
+    step = 0
+    while sched.has_work():
+        plan = sched.schedule()
+        codes = runner.sample(plan, runner.forward(plan, step))
+        for row, seq in enumerate(plan.batch):
+            seq.sink.append(codes[row].numpy())
+        sched.commit(plan, step)
+        sched.expire(step)
+        step += 1
+    return [np.stack(s.sink) for s in seqs]
+
+
+def test_greedy_audio_matches_the_official_package() -> None:
+    reference = np.load(str(FIXTURE) + ".reference.npz")
+    codec = Qwen12HzCodec.from_pretrained(FIXTURE / "speech_tokenizer")
+    for i, codes in enumerate(greedy_codes(TEXTS, frames=119)):
+        wave = codec.decode(torch.from_numpy(codes.T).long()[None])[0].numpy()
+        ref = reference[f"w{i}"]
+        assert wave.shape == ref.shape == (119 * 1920,)
+        assert float(np.abs(wave - ref).max()) < 1e-4
+
+
+def test_a_batch_gives_each_request_its_own_codes() -> None:
+    together = greedy_codes(TEXTS, frames=30)
+    for i, text in enumerate(TEXTS):
+        alone = greedy_codes([text], frames=30)[0]
+        assert np.array_equal(alone, together[i])
+
+
+def test_missing_and_malformed_files_are_named(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="config.json"):
+        load_talker(tmp_path, torch.device("cpu"), torch.float32)
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="malformed checkpoint file .*config.json"):
+        load_talker(tmp_path, torch.device("cpu"), torch.float32)
+    (tmp_path / "config.json").write_text((FIXTURE / "config.json").read_text())
+    with pytest.raises(CheckpointError, match="model.safetensors"):
+        load_talker(tmp_path, torch.device("cpu"), torch.float32)

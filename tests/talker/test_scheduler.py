@@ -1,0 +1,75 @@
+from talker.models.qwen3_tts.prompt import PromptIds
+from talker.request import SamplingParams
+from talker.scheduler import Scheduler, Seq, SeqStatus
+
+
+def _seq(i: int, max_frames: int = 10) -> Seq:
+    return Seq(f"r{i}", PromptIds((1, 2, 3), None, (9,)), SamplingParams(), i, max_frames, None)
+
+
+def _step(s: Scheduler, step: int) -> None:
+    plan = s.schedule()
+    for seq in plan.prefill:
+        seq.prefill_len = 5
+    s.commit(plan, step)
+    s.expire(step)
+
+
+def test_admission_respects_slots_and_prefill_limit() -> None:
+    s = Scheduler(max_batch=3, max_prefills=2, max_len=100)
+    seqs = [_seq(i) for i in range(5)]
+    for q in seqs:
+        s.add(q)
+    plan = s.schedule()
+    assert [q.request_id for q in plan.prefill] == ["r0", "r1"]
+    s.commit(plan, 0)
+    plan = s.schedule()
+    assert [q.request_id for q in plan.batch] == ["r0", "r1", "r2"]
+    s.commit(plan, 1)
+    assert s.active == 3 and len(s.waiting) == 2 and not s.free_slots
+    assert s.schedule().prefill == []
+
+
+def test_finish_frees_the_slot_and_waiting_requests_take_it() -> None:
+    s = Scheduler(max_batch=1, max_prefills=4, max_len=100)
+    a, b = _seq(0), _seq(1)
+    s.add(a)
+    s.add(b)
+    _step(s, 0)
+    assert s.finish(a) and not s.finish(a)
+    assert a.status is SeqStatus.DONE and s.free_slots == [a.slot]
+    plan = s.schedule()
+    assert plan.prefill == [b]
+
+
+def test_frame_limit_expires_without_per_step_work() -> None:
+    s = Scheduler(max_batch=2, max_prefills=2, max_len=100)
+    q = _seq(0, max_frames=3)
+    s.add(q)
+    for step in range(3):
+        _step(s, step)
+    assert q.status is SeqStatus.DONE and not s.has_work()
+
+
+def test_pause_keeps_the_slot_and_shifts_the_deadline() -> None:
+    s = Scheduler(max_batch=2, max_prefills=2, max_len=100)
+    q = _seq(0, max_frames=4)
+    s.add(q)
+    _step(s, 0)
+    s.set_paused(q, True, 1)
+    assert not s.has_work() and s.active == 1
+    s.set_paused(q, False, 10)
+    for step in range(10, 13):
+        assert q.status is SeqStatus.RUNNING
+        _step(s, step)
+    assert q.status is SeqStatus.DONE
+    assert q.frames_after(12) == 4
+
+
+def test_kv_offset_gives_each_rows_length() -> None:
+    s = Scheduler(max_batch=2, max_prefills=2, max_len=100)
+    q = _seq(0)
+    s.add(q)
+    _step(s, 0)
+    plan = s.schedule()
+    assert plan.kv_offset + 1 == 5 + 1  # decode at step 1 writes position 5 of a 5-token prompt

@@ -1,0 +1,49 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from output_builder.codecs.qwen12hz import Qwen12HzCodec
+from talker.models.frontend import load_tokenizer
+from talker.models.loader import load_talker
+from talker.models.qwen3_tts.prompt import assistant_text
+from talker.models.tiny import ensure_tiny, export_tiny
+
+
+def test_tiny_is_generated_once_in_the_official_layout(tiny_dir: Path, tiny_cache: Path) -> None:
+    for name in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "vocab.json",
+                 "merges.txt", "tokenizer_config.json", "speech_tokenizer/config.json",
+                 "speech_tokenizer/model.safetensors"):
+        assert (tiny_dir / name).is_file(), name
+    assert ensure_tiny(tiny_cache) == tiny_dir
+    cfg = json.loads((tiny_dir / "config.json").read_text())
+    assert cfg["talker_config"]["num_code_groups"] == 16
+    assert cfg["talker_config"]["code_predictor_config"]["num_code_groups"] == 16
+
+
+def test_export_is_deterministic(tmp_path: Path, tiny_dir: Path) -> None:
+    export_tiny(tmp_path / "again")
+    a = load_talker(tiny_dir, torch.device("cpu"), torch.float32).model.state_dict()
+    b = load_talker(tmp_path / "again", torch.device("cpu"), torch.float32).model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_tokenizer_keeps_the_chat_template_layout(tiny_dir: Path) -> None:
+    tok = load_tokenizer(tiny_dir)
+    tokens = tok.encode(assistant_text("Hello there."), add_special_tokens=False).tokens
+    assert tokens[:3] == ["<|im_start|>", "assistant", "Ċ"]
+    assert tokens[-5:] == ["<|im_end|>", "Ċ", "<|im_start|>", "assistant", "Ċ"]
+    # the slow path (vocab.json + merges.txt) reads the same tokenizer
+    (tiny_dir / "tokenizer.json").rename(tiny_dir / "tokenizer.json.bak")
+    try:
+        assert load_tokenizer(tiny_dir).encode(assistant_text("Hello there."), add_special_tokens=False).tokens == tokens
+    finally:
+        (tiny_dir / "tokenizer.json.bak").rename(tiny_dir / "tokenizer.json")
+
+
+def test_tiny_codec_is_audible(tiny_dir: Path) -> None:
+    codec = Qwen12HzCodec.from_pretrained(tiny_dir / "speech_tokenizer")
+    wave = codec.decode(torch.randint(0, 2048, (1, 16, 12)))[0].numpy()
+    rms = float(np.sqrt((wave**2).mean()))
+    assert 0.02 < rms < 0.7 and np.isfinite(wave).all()
