@@ -39,7 +39,7 @@ def test_bad_input_is_a_request_error_naming_the_field(
 
 
 def test_unknown_voice_lists_the_available_ones(frontend: Frontend) -> None:
-    with pytest.raises(RequestError, match="available voices: .*alloy.*aria"):
+    with pytest.raises(RequestError, match=r"available voices: .*alloy.*aria"):
         frontend.prepare(SpeechRequest(text="hi", voice="nobody"))
 
 

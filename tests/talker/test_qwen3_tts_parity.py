@@ -65,11 +65,11 @@ def test_a_batch_gives_each_request_its_own_codes() -> None:
 
 
 def test_missing_and_malformed_files_are_named(tmp_path: Path) -> None:
-    with pytest.raises(CheckpointError, match="config.json"):
+    with pytest.raises(CheckpointError, match=r"config\.json"):
         load_talker(tmp_path, torch.device("cpu"), torch.float32)
     (tmp_path / "config.json").write_text("{not json")
-    with pytest.raises(CheckpointError, match="malformed checkpoint file .*config.json"):
+    with pytest.raises(CheckpointError, match=r"malformed checkpoint file .*config\.json"):
         load_talker(tmp_path, torch.device("cpu"), torch.float32)
     (tmp_path / "config.json").write_text((FIXTURE / "config.json").read_text())
-    with pytest.raises(CheckpointError, match="model.safetensors"):
+    with pytest.raises(CheckpointError, match=r"model\.safetensors"):
         load_talker(tmp_path, torch.device("cpu"), torch.float32)

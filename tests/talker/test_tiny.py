@@ -1,4 +1,5 @@
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -29,17 +30,14 @@ def test_export_is_deterministic(tmp_path: Path, tiny_dir: Path) -> None:
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_tokenizer_keeps_the_chat_template_layout(tiny_dir: Path) -> None:
-    tok = load_tokenizer(tiny_dir)
-    tokens = tok.encode(assistant_text("Hello there."), add_special_tokens=False).tokens
+def test_tokenizer_keeps_the_chat_template_layout(tiny_dir: Path, tmp_path: Path) -> None:
+    text = assistant_text("Hello there.")
+    tokens = load_tokenizer(tiny_dir).encode(text, add_special_tokens=False).tokens
     assert tokens[:3] == ["<|im_start|>", "assistant", "Ċ"]
     assert tokens[-5:] == ["<|im_end|>", "Ċ", "<|im_start|>", "assistant", "Ċ"]
-    # the slow path (vocab.json + merges.txt) reads the same tokenizer
-    (tiny_dir / "tokenizer.json").rename(tiny_dir / "tokenizer.json.bak")
-    try:
-        assert load_tokenizer(tiny_dir).encode(assistant_text("Hello there."), add_special_tokens=False).tokens == tokens
-    finally:
-        (tiny_dir / "tokenizer.json.bak").rename(tiny_dir / "tokenizer.json")
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):  # the slow path reads the same tokenizer
+        shutil.copy(tiny_dir / name, tmp_path / name)
+    assert load_tokenizer(tmp_path).encode(text, add_special_tokens=False).tokens == tokens
 
 
 def test_tiny_codec_is_audible(tiny_dir: Path) -> None:
