@@ -1,0 +1,1 @@
+"""Talkstream's HTTP and WebSocket adapters (FastAPI on uvicorn) and its command line."""

@@ -1,0 +1,125 @@
+"""FastAPI app factory: the lifespan starts and stops the engine; routes reach it through `ServerState`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
+
+from output_builder.engine import Engine
+from server import errors, routes_realtime, routes_speech
+from server.metrics import CONTENT_TYPE, Metrics
+from server.protocol import Health, ModelCard, ModelList, VoiceCard, VoiceList
+from server.state import ServerState, authorize, server_state, state_of
+from talker.config import EngineConfig
+from talker.request import EngineState
+
+log = logging.getLogger("talkstream.server")
+
+
+def create_app(
+    config: EngineConfig, api_key: str | None = None, *, shutdown_timeout: float = 10.0, encode_threads: int = 4,
+) -> FastAPI:
+    """The Talkstream app. The engine loads in the background, so `/health` answers 503 until it is ready."""
+    state = ServerState(Engine(config), Metrics(), ThreadPoolExecutor(encode_threads, "encoder"),
+                        api_key or None, shutdown_timeout)
+    app = FastAPI(title="Talkstream", version="0.1.0", lifespan=_lifespan,
+                  description="Streaming text-to-speech, compatible with OpenAI's speech and Realtime APIs.")
+    app.state.talkstream = state
+    errors.install(app, lambda err: state.metrics.error(err.detail.type, err.detail.code))
+    app.include_router(_public_router())
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
+    v1.include_router(_listing_router())
+    v1.include_router(routes_speech.router)
+    app.include_router(v1)
+    app.include_router(routes_realtime.router, prefix="/v1")
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    state = state_of(app)
+    state.start_task = asyncio.create_task(_start_engine(state), name="engine-start")
+    try:
+        yield
+    finally:
+        await _stop_engine(state)
+
+
+async def _start_engine(state: ServerState) -> None:
+    try:
+        await state.engine.start()
+        log.info("engine ready: model %s, %d voices", state.engine.model_id, len(state.engine.voices))
+    except Exception as exc:
+        state.start_error = f"{type(exc).__name__}: {exc}"
+        log.exception("the engine failed to start")
+
+
+async def _stop_engine(state: ServerState) -> None:
+    task = state.start_task
+    if task is not None and not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    try:
+        await state.engine.drain(state.shutdown_timeout)
+    finally:
+        await state.engine.stop()
+        await asyncio.to_thread(state.executor.shutdown, wait=True)
+
+
+def _public_router() -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/health", response_model=Health, responses={503: {"model": Health}})
+    async def health(request: Request) -> JSONResponse:
+        state = server_state(request)
+        status = state.status
+        body = Health(status=status, model=state.engine.model_id,
+                      detail=state.start_error or state.engine.dead_reason)
+        if status == EngineState.READY.value:
+            return JSONResponse(body.model_dump())
+        retry = {"Retry-After": str(errors.UNAVAILABLE_RETRY_AFTER_S)}
+        return JSONResponse(body.model_dump(), status_code=503, headers=retry)
+
+    @router.get("/metrics", response_class=Response)
+    async def metrics(request: Request) -> Response:
+        state = server_state(request)
+        return Response(state.metrics.scrape(state.engine), media_type=CONTENT_TYPE)
+
+    return router
+
+
+def _listing_router() -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/models", response_model=ModelList)
+    async def models(request: Request) -> ModelList:
+        return ModelList(data=[ModelCard(id=m) for m in server_state(request).served_models()])
+
+    @router.get("/audio/voices", response_model=VoiceList)
+    async def voices(request: Request) -> VoiceList:
+        engine = server_state(request).engine
+        cards = [VoiceCard(id=v.name, name=v.name, speaker=v.speaker, alias_of=v.alias_of)
+                 for v in engine.voices.values()]
+        return VoiceList(data=cards, languages=engine.languages)
+
+    return router
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """The generated schema, minus FastAPI's 422 responses: validation errors are 400 here."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        for path in schema.get("paths", {}).values():
+            for op in path.values():
+                op.get("responses", {}).pop("422", None)
+        app.openapi_schema = schema
+    return app.openapi_schema

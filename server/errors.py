@@ -1,0 +1,136 @@
+"""The one place where failures become HTTP statuses and OpenAI error envelopes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from server.protocol import ErrorDetail, ErrorEnvelope
+from talker.request import EngineBusyError, EngineDeadError, RequestError
+
+log = logging.getLogger("talkstream.server")
+
+UNAVAILABLE_RETRY_AFTER_S = 5
+# RequestError codes the engine uses for failures that are not the client's input.
+FAILURE_CODES = frozenset({"generation_error", "output_error", "reader_timeout"})
+
+
+class ErrorType(StrEnum):
+    INVALID_REQUEST = "invalid_request_error"
+    AUTHENTICATION = "authentication_error"
+    NOT_FOUND = "not_found_error"
+    RATE_LIMIT = "rate_limit_error"
+    SERVER = "server_error"
+
+
+class ApiError(Exception):
+    """An error with its HTTP status; raised by routes, turned into a response by the handlers below."""
+
+    def __init__(
+        self, status: int, message: str, type: ErrorType, param: str | None = None, code: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.detail = ErrorDetail(message=message, type=type.value, param=param, code=code)
+        self.retry_after = retry_after
+
+    @property
+    def headers(self) -> dict[str, str]:
+        if self.retry_after is None:
+            return {}
+        return {"Retry-After": str(max(1, round(self.retry_after)))}
+
+    def response(self) -> JSONResponse:
+        body = ErrorEnvelope(error=self.detail).model_dump()
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+def invalid(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, ErrorType.INVALID_REQUEST, param, code)
+
+
+def unauthorized(message: str) -> ApiError:
+    return ApiError(401, message, ErrorType.AUTHENTICATION, code="invalid_api_key")
+
+
+def unavailable(message: str, code: str = "engine_unavailable") -> ApiError:
+    return ApiError(503, message, ErrorType.SERVER, code=code, retry_after=UNAVAILABLE_RETRY_AFTER_S)
+
+
+def from_exception(exc: BaseException) -> ApiError:
+    """Maps engine and server exceptions onto API errors; anything unknown is a 500."""
+    match exc:
+        case ApiError():
+            return exc
+        case RequestError() if exc.code in FAILURE_CODES:
+            return ApiError(500, exc.message, ErrorType.SERVER, exc.param, exc.code)
+        case RequestError():
+            return invalid(exc.message, exc.param, exc.code or "invalid_value")
+        case EngineBusyError():
+            return ApiError(429, str(exc), ErrorType.RATE_LIMIT, code="server_busy", retry_after=exc.retry_after_s)
+        case EngineDeadError():
+            return unavailable(str(exc))
+        case _:
+            return ApiError(500, "internal error while generating speech", ErrorType.SERVER, code="internal_error")
+
+
+def from_validation(errors: Sequence[Any]) -> ApiError:
+    """A 400 describing the first of pydantic's validation errors (never FastAPI's 422 shape)."""
+    if not errors:
+        return invalid("invalid request")
+    first = errors[0]
+    kind = first.get("type", "")
+    loc = [part for part in first.get("loc", ()) if part != "body"]
+    if kind == "json_invalid":
+        return invalid(f"the request body is not valid JSON: {first.get('ctx', {}).get('error', first['msg'])}",
+                       code="invalid_json")
+    if not loc:
+        return invalid("the request body must be a JSON object (Content-Type: application/json)", code="invalid_body")
+    param = str(loc[0])
+    code = "missing_field" if kind == "missing" else "extra_field" if kind == "extra_forbidden" else "invalid_value"
+    return invalid(f"{param}: {first['msg']}", param, code)
+
+
+def from_http(exc: StarletteHTTPException) -> ApiError:
+    if exc.status_code == 404:
+        return ApiError(404, "not found", ErrorType.NOT_FOUND, code="not_found")
+    if exc.status_code < 500:
+        return ApiError(exc.status_code, str(exc.detail), ErrorType.INVALID_REQUEST, code=f"http_{exc.status_code}")
+    return ApiError(exc.status_code, str(exc.detail), ErrorType.SERVER)
+
+
+def install(app: FastAPI, on_error: Callable[[ApiError], None]) -> None:
+    """Registers handlers so every error response is an OpenAI envelope; `on_error` sees each one (metrics)."""
+
+    def respond(err: ApiError) -> JSONResponse:
+        on_error(err)
+        return err.response()
+
+    async def api_error(_: Request, exc: Exception) -> JSONResponse:
+        return respond(from_exception(exc))
+
+    async def validation_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return respond(from_validation(exc.errors()))
+
+    async def http_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        return respond(from_http(exc))
+
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error in %s %s", request.method, request.url.path, exc_info=exc)
+        return respond(from_exception(exc))
+
+    for known in (ApiError, RequestError, EngineBusyError, EngineDeadError):
+        app.add_exception_handler(known, api_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)

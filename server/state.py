@@ -1,0 +1,66 @@
+"""What routes share: the engine, metrics, the encoder executor and the API key. Lives on `app.state`."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI
+from starlette.requests import HTTPConnection
+
+from output_builder.engine import Engine
+from server import errors
+from server.metrics import Metrics
+from server.protocol import MODEL_ALIASES
+from talker.request import EngineState
+
+
+@dataclass
+class ServerState:
+    engine: Engine
+    metrics: Metrics
+    executor: ThreadPoolExecutor
+    api_key: str | None = None
+    shutdown_timeout: float = 10.0
+    start_error: str | None = None
+    start_task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def status(self) -> str:
+        """The engine's state, except that the server is `starting` until the engine's warm-up is over."""
+        if self.start_error is not None:
+            return EngineState.DEAD.value
+        if self.start_task is None or not self.start_task.done():  # loading, or warming up (engine already READY)
+            return EngineState.STARTING.value
+        return self.engine.state.value
+
+    def served_models(self) -> list[str]:
+        return [self.engine.model_id, *MODEL_ALIASES]
+
+    def check_model(self, model: str) -> None:
+        if model not in self.served_models() and not model.startswith("gpt-4o-mini-tts-"):
+            raise errors.invalid(f"unknown model '{model}'; this server serves {self.served_models()}",
+                                 "model", "model_not_found")
+
+
+def state_of(app: FastAPI) -> ServerState:
+    state: ServerState = app.state.talkstream
+    return state
+
+
+def server_state(conn: HTTPConnection) -> ServerState:
+    return state_of(conn.app)
+
+
+def authorize(conn: HTTPConnection) -> None:
+    """Bearer auth when the server has an API key; the comparison takes constant time."""
+    expected = server_state(conn).api_key
+    if expected is None:
+        return
+    scheme, _, given = conn.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        raise errors.unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+    if not hmac.compare_digest(given.strip().encode(), expected.encode()):
+        raise errors.unauthorized("incorrect API key")
