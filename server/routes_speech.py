@@ -1,0 +1,217 @@
+"""`POST /v1/audio/speech`: OpenAI's speech API, streamed as chunked audio or as server-sent events."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+from starlette.types import Send
+
+from output_builder.encoders import CONTENT_TYPES, AudioFormat, resolve_output_rate
+from output_builder.streams import AudioStream
+from server import errors
+from server.protocol import (
+    ErrorEnvelope,
+    SpeechAudioDelta,
+    SpeechAudioDone,
+    SpeechBody,
+    SpeechError,
+    SpeechUsage,
+    StreamFormat,
+)
+from server.state import ServerState, server_state
+from server.transcode import AsyncTranscoder, Transcoder
+from talker.request import FinishReason, SpeechRequest
+
+log = logging.getLogger("talkstream.speech")
+router = APIRouter()
+
+DISCONNECT_POLL_S = 0.25
+CLIENT_CLOSED = 499  # nginx's status for a client that went away before the response
+PROTOCOL = "http"
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorEnvelope} for code in (400, 401, 429, 503)
+}
+_AUDIO: dict[int | str, dict[str, Any]] = {200: {
+    "content": {ct: {} for ct in [*CONTENT_TYPES.values(), "text/event-stream"]},
+    "description": "Audio bytes (chunked), or server-sent events with stream_format=sse",
+}}
+
+
+class AudioResponse(StreamingResponse):
+    """A streaming response that always closes its body generator, whatever ends the response (a disconnect
+    seen by `send` instead of a cancellation included)."""
+
+    def __init__(self, body: AsyncGenerator[bytes | str, None], **kwargs: Any) -> None:
+        super().__init__(body, **kwargs)
+        self._body = body
+
+    async def stream_response(self, send: Send) -> None:
+        async with aclosing(self._body):
+            await super().stream_response(send)
+
+
+@dataclass
+class Speech:
+    """One request in flight: its engine stream, its transcoder and what it reports when it ends."""
+
+    state: ServerState
+    stream: AudioStream
+    out: AsyncTranscoder
+    speed: float
+
+    async def next_pcm(self) -> np.ndarray | None:
+        try:
+            return await anext(self.stream)
+        except StopAsyncIteration:
+            return None
+
+    async def encoded(self, first: np.ndarray | None) -> AsyncIterator[bytes]:
+        """Encoded bytes of every chunk, then the encoder's tail; empty pieces are skipped."""
+        pcm = first
+        while pcm is not None:
+            data = await self.out.encode(pcm)
+            if data:
+                yield data
+            pcm = await self.next_pcm()
+        tail = await self.out.flush()
+        if tail:
+            yield tail
+
+    def usage(self) -> SpeechUsage:
+        u = self.stream.usage
+        return SpeechUsage(output_tokens=u.frames, audio_seconds=round(u.audio_seconds / self.speed, 4),
+                           samples=u.samples)
+
+    def cancel(self) -> None:
+        self.stream.cancel()
+
+    def fail(self, exc: Exception) -> errors.ApiError:
+        err = errors.from_exception(exc)
+        log.warning("speech %s ended early after %.2f s of audio: %s", self.stream.request_id,
+                    self.stream.usage.audio_seconds, exc)
+        self.state.metrics.error(err.detail.type, err.detail.code)
+        self.stream.cancel()
+        return err
+
+    def close(self) -> None:
+        self.out.close()
+        reason = self.stream.finish_reason or FinishReason.CANCELLED
+        self.state.metrics.finished(PROTOCOL, reason.value, self.stream.usage.audio_seconds)
+
+
+@router.post("/audio/speech", response_class=Response, responses={**_AUDIO, **_ERRORS})
+async def create_speech(body: SpeechBody, request: Request) -> Response:
+    state = server_state(request)
+    fmt = AudioFormat(body.response_format)
+    req = speech_request(state, body, fmt)
+    transcoder = Transcoder(fmt, state.engine.sample_rate, body.sample_rate, body.speed)
+    try:
+        stream = state.engine.submit(req)
+    except BaseException:
+        transcoder.close()
+        raise
+    speech = Speech(state, stream, AsyncTranscoder(transcoder, state.executor), body.speed)
+    try:
+        first = await first_chunk(stream, request)
+    except ClientGoneError:
+        speech.close()
+        return Response(status_code=CLIENT_CLOSED)
+    except BaseException:
+        speech.close()
+        raise
+    state.metrics.first_audio(PROTOCOL, stream.time_to_first_audio)
+    headers = {"X-Request-Id": req.request_id, "Cache-Control": "no-cache"}
+    if body.stream_format == StreamFormat.SSE:
+        return AudioResponse(sse_body(speech, first), media_type="text/event-stream",
+                             headers={**headers, "X-Accel-Buffering": "no"})
+    return AudioResponse(audio_body(speech, first), media_type=CONTENT_TYPES[fmt], headers=headers)
+
+
+def speech_request(state: ServerState, body: SpeechBody, fmt: AudioFormat) -> SpeechRequest:
+    """Checks what the engine does not know about (model name, output rate) and builds its request."""
+    state.check_model(body.model)
+    try:
+        resolve_output_rate(fmt, state.engine.sample_rate, body.sample_rate)
+    except ValueError as exc:
+        raise errors.invalid(str(exc), "sample_rate", "invalid_value") from None
+    return SpeechRequest(text=body.input, voice=body.voice_name, instructions=body.instructions, seed=body.seed,
+                         temperature=body.temperature, top_k=body.top_k, top_p=body.top_p)
+
+
+async def first_chunk(stream: AudioStream, request: Request) -> np.ndarray | None:
+    """The first PCM chunk (None if the stream ended without audio); raises ClientGoneError if the client left.
+
+    Waiting here lets a failure before any audio still answer with a proper status.
+    """
+
+    async def pull() -> np.ndarray | None:
+        try:
+            return await anext(stream)
+        except StopAsyncIteration:
+            return None
+
+    task = asyncio.ensure_future(pull())
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                log.info("client left before the first audio of %s", stream.request_id)
+                raise ClientGoneError
+    except BaseException:
+        task.cancel()
+        stream.cancel()
+        raise
+
+
+async def audio_body(speech: Speech, first: np.ndarray | None) -> AsyncGenerator[bytes | str, None]:
+    """Chunked audio. A failure mid-stream aborts the connection (no final chunk), so clients see a truncated
+    transfer rather than a short file that looks complete."""
+    try:
+        async for data in speech.encoded(first):
+            yield data
+    except (asyncio.CancelledError, GeneratorExit):
+        speech.cancel()
+        raise
+    except Exception as exc:
+        raise StreamAbortedError(speech.fail(exc).detail.message) from exc
+    finally:
+        speech.close()
+
+
+async def sse_body(speech: Speech, first: np.ndarray | None) -> AsyncGenerator[bytes | str, None]:
+    """`speech.audio.delta` events, then `speech.audio.done` with usage; a failure ends with an `error` event."""
+    try:
+        async for data in speech.encoded(first):
+            yield sse(SpeechAudioDelta(audio=base64.b64encode(data).decode()).model_dump_json())
+        yield sse(SpeechAudioDone(usage=speech.usage()).model_dump_json())
+    except (asyncio.CancelledError, GeneratorExit):
+        speech.cancel()
+        raise
+    except Exception as exc:
+        yield sse(SpeechError(error=speech.fail(exc).detail).model_dump_json())
+    finally:
+        speech.close()
+
+
+def sse(data: str) -> str:
+    return f"data: {data}\n\n"
+
+
+class ClientGoneError(Exception):
+    """The client disconnected while its request waited for the first audio."""
+
+
+class StreamAbortedError(RuntimeError):
+    """Raised out of a response body to drop the connection after a mid-stream failure."""
