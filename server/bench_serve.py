@@ -1,0 +1,194 @@
+"""`talkstream bench serve`: load a running server over HTTP and WebSocket at several concurrencies.
+
+For each protocol and concurrency it runs `--requests` requests (at least one per stream) from that many concurrent
+clients and reports time to first audio byte p50/p99, the per-stream real-time factor (generation wall time over
+audio duration; below 1 is faster than real time), aggregate audio seconds per wall second and failures.
+With --json the last printed line is the whole result as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import numpy as np
+from websockets.asyncio.client import ClientConnection, connect
+
+PCM_BYTES_PER_S = 24000 * 2
+TEXT = "The quick brown fox jumps over the lazy dog while the band keeps playing softly in the background."
+
+
+@dataclass
+class Sample:
+    ttfa_s: float
+    wall_s: float
+    audio_s: float
+
+    @property
+    def rtf(self) -> float:
+        return self.wall_s / self.audio_s if self.audio_s > 0 else float("inf")
+
+
+@dataclass
+class Level:
+    protocol: str
+    concurrency: int
+    samples: list[Sample] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        ttfa = [s.ttfa_s * 1e3 for s in self.samples]
+        rtf = [s.rtf for s in self.samples]
+        audio = sum(s.audio_s for s in self.samples)
+        return {
+            "protocol": self.protocol, "concurrency": self.concurrency, "requests": len(self.samples),
+            "failures": len(self.failures),
+            "ttfa_ms_p50": _pct(ttfa, 50), "ttfa_ms_p99": _pct(ttfa, 99),
+            "rtf_p50": _pct(rtf, 50), "rtf_max": max(rtf, default=None),
+            "audio_s_per_s": round(audio / self.wall_s, 3) if self.wall_s else None,
+            "first_failure": self.failures[0] if self.failures else None,
+        }
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 4) if values else None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="talkstream bench serve", description=__doc__)
+    p.add_argument("--url", default="http://127.0.0.1:8000")
+    p.add_argument("--concurrency", default="1,8,32", help="comma-separated stream counts")
+    p.add_argument("--requests", type=int, default=0, help="requests per level (default: 2 per stream)")
+    p.add_argument("--protocol", default="http,ws", help="http, ws or both")
+    p.add_argument("--text", default=TEXT)
+    p.add_argument("--voice", default="alloy")
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--json", action="store_true")
+    return p
+
+
+# Clients ----------------------------------------------------------------------------------------------------------
+async def http_one(client: httpx.AsyncClient, args: argparse.Namespace) -> Sample:
+    body = {"model": "tts-1", "input": args.text, "voice": args.voice, "response_format": "pcm"}
+    t0 = time.perf_counter()
+    first: float | None = None
+    size = 0
+    async with client.stream("POST", "/v1/audio/speech", json=body) as resp:
+        if resp.status_code != 200:
+            await resp.aread()
+            raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:200]}")
+        async for data in resp.aiter_raw():
+            first = first or time.perf_counter()
+            size += len(data)
+    end = time.perf_counter()
+    return Sample((first or end) - t0, end - t0, size / PCM_BYTES_PER_S)
+
+
+async def ws_one(ws: ClientConnection, args: argparse.Namespace) -> Sample:
+    await ws.send(json.dumps({"type": "input_text_buffer.append", "text": args.text}))
+    t0 = time.perf_counter()
+    await ws.send(json.dumps({"type": "input_text_buffer.commit"}))
+    first: float | None = None
+    size = 0
+    while True:
+        event = json.loads(await ws.recv())
+        kind = event["type"]
+        if kind == "response.output_audio.delta":
+            first = first or time.perf_counter()
+            size += len(base64.b64decode(event["delta"]))
+        elif kind == "error":
+            raise RuntimeError(event["error"]["message"])
+        elif kind == "response.done":
+            if event["response"]["status"] != "completed":
+                raise RuntimeError(f"response {event['response']['status']}")
+            break
+    end = time.perf_counter()
+    return Sample((first or end) - t0, end - t0, size / PCM_BYTES_PER_S)
+
+
+# Levels ----------------------------------------------------------------------------------------------------------
+async def run_level(args: argparse.Namespace, protocol: str, concurrency: int) -> Level:
+    level = Level(protocol, concurrency)
+    total = max(args.requests or 2 * concurrency, concurrency)
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(total):
+        queue.put_nowait(i)
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    worker = _http_worker if protocol == "http" else _ws_worker
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(args, headers, queue, level) for _ in range(concurrency)))
+    level.wall_s = time.perf_counter() - t0
+    return level
+
+
+async def _http_worker(args: argparse.Namespace, headers: dict[str, str], queue: asyncio.Queue[int],
+                       level: Level) -> None:
+    async with httpx.AsyncClient(base_url=args.url, headers=headers, timeout=httpx.Timeout(60.0)) as client:
+        while not queue.empty():
+            queue.get_nowait()
+            try:
+                level.samples.append(await http_one(client, args))
+            except (httpx.HTTPError, RuntimeError) as exc:
+                level.failures.append(f"{type(exc).__name__}: {exc}")
+
+
+async def _ws_worker(args: argparse.Namespace, headers: dict[str, str], queue: asyncio.Queue[int],
+                     level: Level) -> None:
+    url = args.url.replace("http", "ws", 1).rstrip("/") + "/v1/realtime"
+    try:
+        async with connect(url, additional_headers=headers, max_size=None) as ws:
+            await ws.recv()  # session.created
+            await ws.send(json.dumps({"type": "session.update", "session": {"voice": args.voice}}))
+            await ws.recv()  # session.updated
+            while not queue.empty():
+                queue.get_nowait()
+                try:
+                    level.samples.append(await ws_one(ws, args))
+                except RuntimeError as exc:
+                    level.failures.append(f"RuntimeError: {exc}")
+    except (OSError, ValueError) as exc:
+        level.failures.append(f"{type(exc).__name__}: {exc}")
+
+
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
+    levels = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    protocols = [p.strip() for p in args.protocol.split(",") if p.strip()]
+    for proto in protocols:
+        if proto not in ("http", "ws"):
+            raise ValueError(f"unknown protocol {proto!r}; use http and/or ws")
+    results = []
+    for proto in protocols:
+        for c in levels:
+            level = await run_level(args, proto, c)
+            results.append(level.summary())
+            report_line(results[-1])
+    return {"bench": "serve", "url": args.url, "text_chars": len(args.text), "levels": results}
+
+
+def report_line(r: dict[str, Any]) -> None:
+    def fmt(v: Any) -> str:
+        return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
+
+    print(f"{r['protocol']:>4} c={r['concurrency']:<3} n={r['requests']:<4} failures={r['failures']:<3} "
+          f"ttfa p50={fmt(r['ttfa_ms_p50'])} ms p99={fmt(r['ttfa_ms_p99'])} ms  "
+          f"rtf p50={fmt(r['rtf_p50'])} max={fmt(r['rtf_max'])}  audio/s={fmt(r['audio_s_per_s'])}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    out = asyncio.run(bench(args))
+    if args.json:
+        print(json.dumps(out))
+    failures = sum(level["failures"] for level in out["levels"])
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

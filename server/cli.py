@@ -1,0 +1,179 @@
+"""`talkstream`: serve, say, export-tiny and bench."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from talker.config import EngineConfig, api_key_from_env
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+EXTENSIONS = {".wav": "wav", ".mp3": "mp3", ".opus": "opus", ".ogg": "opus", ".aac": "aac", ".flac": "flac",
+              ".pcm": "pcm", ".raw": "pcm"}
+BENCHES = {"serve": "server.bench_serve", "step-gap": "server.bench_step_gap", "step_gap": "server.bench_step_gap"}
+PCM_BYTES_PER_S = 24000 * 2
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="talkstream", description="Streaming text-to-speech server.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the HTTP/WebSocket server")
+    _engine_flags(serve)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (or TALKSTREAM_API_KEY)")
+    serve.add_argument("--shutdown-timeout", type=float, default=10.0, help="seconds to let streams finish on exit")
+    serve.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+
+    say = sub.add_parser("say", help="synthesize TEXT into a file, streaming")
+    say.add_argument("text")
+    say.add_argument("-o", "--output", required=True, type=Path)
+    say.add_argument("--url", default="http://127.0.0.1:8000")
+    say.add_argument("--voice", default="alloy")
+    say.add_argument("--format", choices=sorted(set(EXTENSIONS.values())), help="default: from the extension")
+    say.add_argument("--speed", type=float, default=1.0)
+    say.add_argument("--seed", type=int, default=None)
+    say.add_argument("--instructions", default=None)
+    say.add_argument("--api-key", default=None)
+    say.add_argument("--local", action="store_true", help="run an in-process engine instead of calling a server")
+    _engine_flags(say)
+
+    export = sub.add_parser("export-tiny", help="write the embedded tiny checkpoint to DIR")
+    export.add_argument("dir", type=Path)
+
+    bench = sub.add_parser("bench", help="benchmarks that print JSON (serve, step-gap)")
+    bench.add_argument("name", choices=sorted(BENCHES))
+    bench.add_argument("args", nargs=argparse.REMAINDER)
+    return p
+
+
+def _engine_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="'tiny' (default) or a checkpoint directory")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None)
+    p.add_argument("--output-mode", choices=("async", "sync"), default=None)
+    p.add_argument("--max-batch", type=int, default=None)
+    p.add_argument("--max-queue", type=int, default=None)
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig.from_env(model=args.model, device=args.device, output_mode=args.output_mode,
+                                 max_batch=args.max_batch, max_queue=args.max_queue)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        match args.command:
+            case "serve":
+                return serve(args)
+            case "say":
+                return say(args)
+            case "export-tiny":
+                from talker.models.tiny import export_tiny
+
+                print(export_tiny(args.dir))
+                return 0
+            case _:
+                module = importlib.import_module(BENCHES[args.name])
+                code: int = module.main(args.args)
+                return code
+    except (ValueError, OSError) as exc:
+        print(f"talkstream: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from server.app import create_app
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(engine_config(args), args.api_key or api_key_from_env(),
+                     shutdown_timeout=args.shutdown_timeout)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                timeout_graceful_shutdown=max(1, round(args.shutdown_timeout)))
+    return 0
+
+
+# say ------------------------------------------------------------------------------------------------------
+def say(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    fmt = args.format or EXTENSIONS.get(args.output.suffix.lower())
+    if fmt is None:
+        raise ValueError(f"cannot tell the format from '{args.output.suffix}'; pass --format")
+    source = _local(args, fmt) if args.local else _remote(args, fmt)
+    with args.output.open("wb") as f, tqdm(unit="B", unit_scale=True, desc=args.output.name) as bar:
+        asyncio.run(_write(source, f, bar, fmt))
+    if fmt == "wav":
+        _patch_wav_sizes(args.output)
+    return 0
+
+
+async def _write(source: AsyncIterator[bytes], f: BinaryIO, bar: Any, fmt: str) -> None:
+    total = 0
+    async for data in source:
+        f.write(data)
+        total += len(data)
+        bar.update(len(data))
+        if fmt in ("pcm", "wav"):
+            bar.set_postfix(audio=f"{total / PCM_BYTES_PER_S:.1f}s")
+
+
+async def _remote(args: argparse.Namespace, fmt: str) -> AsyncIterator[bytes]:
+    import httpx
+
+    key = args.api_key or api_key_from_env()
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    body = {"model": "tts-1", "input": args.text, "voice": args.voice, "response_format": fmt, "speed": args.speed,
+            "seed": args.seed, "instructions": args.instructions}
+    body = {k: v for k, v in body.items() if v is not None}
+    async with (httpx.AsyncClient(base_url=args.url, timeout=httpx.Timeout(30.0, read=120.0)) as client,
+                client.stream("POST", "/v1/audio/speech", json=body, headers=headers) as resp):
+        if resp.status_code != 200:
+            await resp.aread()
+            raise OSError(f"the server answered {resp.status_code}: {resp.text}")
+        async for data in resp.aiter_bytes():
+            yield data
+
+
+async def _local(args: argparse.Namespace, fmt: str) -> AsyncIterator[bytes]:
+    from output_builder.engine import Engine
+    from server.transcode import AudioFormat, Transcoder
+    from talker.request import SpeechRequest
+
+    engine = Engine(engine_config(args))
+    await engine.start()
+    transcoder = Transcoder(AudioFormat(fmt), engine.sample_rate, None, args.speed)
+    try:
+        stream = engine.submit(SpeechRequest(text=args.text, voice=args.voice, seed=args.seed,
+                                             instructions=args.instructions))
+        async for pcm in stream:
+            yield await asyncio.to_thread(transcoder.encode, pcm)
+        yield transcoder.flush()
+    finally:
+        transcoder.close()
+        await engine.stop()
+
+
+def _patch_wav_sizes(path: Path) -> None:
+    """A streamed WAV header says 'unknown length'; a finished file can say its real sizes."""
+    size = path.stat().st_size
+    if size < 44:
+        return
+    with path.open("r+b") as f:
+        f.seek(4)
+        f.write((size - 8).to_bytes(4, "little"))
+        f.seek(40)
+        f.write((size - 44).to_bytes(4, "little"))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
