@@ -1,0 +1,118 @@
+"""Live servers for the end-to-end tests: real uvicorn on 127.0.0.1 (a free port), in a background thread, serving
+the session's tiny checkpoint. Running in-process lets tests read the engine's state directly."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from output_builder.engine import Engine
+from server.app import create_app
+from server.state import state_of
+from talker.config import EngineConfig
+
+API_KEY = "test-key-123"
+READY_TIMEOUT_S = 60.0
+
+
+@dataclass
+class LiveServer:
+    url: str
+    app: FastAPI
+    server: uvicorn.Server
+    thread: threading.Thread
+
+    @property
+    def engine(self) -> Engine:
+        return state_of(self.app).engine
+
+    @property
+    def ws_url(self) -> str:
+        return self.url.replace("http://", "ws://") + "/v1/realtime"
+
+    def stats(self) -> dict[str, int]:
+        return self.engine.stats()
+
+    def wait_idle(self, timeout: float = 10.0) -> dict[str, int]:
+        """Waits until no request holds a slot or a queue entry; returns the last stats."""
+        deadline = time.monotonic() + timeout
+        while True:
+            stats = self.stats()
+            if (stats["active_requests"] == 0 and stats["slots_in_use"] == 0) or time.monotonic() > deadline:
+                return stats
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def start_server(config: EngineConfig, api_key: str | None = None) -> LiveServer:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    app = create_app(config, api_key, shutdown_timeout=2.0)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True,
+                              name=f"uvicorn-{port}")
+    thread.start()
+    live = LiveServer(f"http://127.0.0.1:{port}", app, server, thread)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(live.url + "/health", timeout=2).status_code == 200:
+                return live
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    live.stop()
+    raise RuntimeError("the test server did not become ready")
+
+
+@pytest.fixture(scope="session")
+def server_config(tiny_cache: Path, tiny_dir: Path) -> EngineConfig:
+    return EngineConfig(model="tiny", device="cpu", cache_dir=tiny_cache, max_batch=32, max_queue=32)
+
+
+@pytest.fixture(scope="session")
+def live(server_config: EngineConfig) -> Iterator[LiveServer]:
+    server = start_server(server_config)
+    yield server
+    try:  # after everything the suite did to it, the server is still healthy and holds nothing
+        assert httpx.get(server.url + "/health", timeout=5).status_code == 200
+        stats = server.wait_idle()
+        assert stats["active_requests"] == stats["slots_in_use"] == 0, stats
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def make_server(server_config: EngineConfig) -> Iterator[Callable[..., LiveServer]]:
+    """Starts extra servers with config overrides (and an optional API key); stops them after the test."""
+    started: list[LiveServer] = []
+
+    def make(api_key: str | None = None, **overrides: object) -> LiveServer:
+        server = start_server(replace(server_config, **overrides), api_key)  # type: ignore[arg-type]
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def client(live: LiveServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=live.url, timeout=60) as c:
+        yield c

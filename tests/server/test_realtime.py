@@ -1,0 +1,173 @@
+"""`WS /v1/realtime` with a websockets client: several responses, a cancel, bad events, disconnects."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import ClientConnection, connect
+
+from tests.server.conftest import API_KEY, LiveServer
+
+LONG_TEXT = "This sentence keeps going on and on so that the audio lasts for a good while. " * 12
+
+
+@pytest.fixture
+def ws(live: LiveServer) -> Iterator[ClientConnection]:
+    with connect(live.ws_url, max_size=None, open_timeout=30) as conn:
+        created = recv(conn)
+        assert created["type"] == "session.created"
+        assert created["session"]["output_audio_format"] == "pcm16"
+        send(conn, "session.update", session={"temperature": 0.0})  # greedy: the tiny model speaks to the end
+        assert recv(conn)["type"] == "session.updated"
+        yield conn
+
+
+def send(conn: ClientConnection, kind: str, **fields: Any) -> None:
+    conn.send(json.dumps({"type": kind, **fields}))
+
+
+def recv(conn: ClientConnection, timeout: float = 30) -> dict[str, Any]:
+    event: dict[str, Any] = json.loads(conn.recv(timeout=timeout))
+    return event
+
+
+def until_done(conn: ClientConnection) -> tuple[list[dict[str, Any]], bytes]:
+    """Events of one response up to and including response.done, and its decoded audio."""
+    events = []
+    while True:
+        event = recv(conn)
+        events.append(event)
+        if event["type"] == "response.done":
+            break
+    audio = b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta")
+    return events, audio
+
+
+def assert_completed(events: list[dict[str, Any]], audio: bytes) -> str:
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "response.created" and kinds[-2:] == ["response.output_audio.done", "response.done"]
+    assert set(kinds[1:-2]) == {"response.output_audio.delta"}
+    rid = events[0]["response"]["id"]
+    assert all(e.get("response_id", rid) == rid for e in events[1:-1])
+    done = events[-1]["response"]
+    assert done["id"] == rid and done["status"] == "completed"
+    assert len(audio) == 2 * done["usage"]["samples"] > 0
+    return str(rid)
+
+
+def test_session_update_and_responses_in_sequence(ws: ClientConnection) -> None:
+    send(ws, "session.update", session={"voice": "ben", "output_audio_format": "pcm16", "seed": 3,
+                                        "temperature": 0.0, "turn_detection": None})
+    updated = recv(ws)
+    assert updated["type"] == "session.updated" and updated["session"]["voice"] == "ben"
+
+    send(ws, "input_text_buffer.append", text="Hello ")
+    send(ws, "input_text_buffer.append", text="there, my friend.")
+    send(ws, "input_text_buffer.commit")
+    first_id = assert_completed(*until_done(ws))
+
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello there, my friend."}]}
+    send(ws, "conversation.item.create", item=item)
+    send(ws, "response.create")
+    events, audio = until_done(ws)
+    second_id = assert_completed(events, audio)
+    assert second_id != first_id
+
+    send(ws, "input_text_buffer.append", text="This is discarded.")
+    send(ws, "input_text_buffer.clear")
+    send(ws, "input_text_buffer.append", text="Hello there, my friend.")
+    send(ws, "input_text_buffer.commit")
+    _, again = until_done(ws)
+    assert again == audio  # same text, seed and greedy sampling
+
+
+def test_cancel_stops_within_a_step(live: LiveServer, ws: ClientConnection) -> None:
+    send(ws, "input_text_buffer.append", text=LONG_TEXT)
+    send(ws, "input_text_buffer.commit")
+    assert recv(ws)["type"] == "response.created"
+    assert recv(ws)["type"] == "response.output_audio.delta"
+    t0 = time.perf_counter()
+    send(ws, "response.cancel")
+    events, _ = until_done(ws)
+    assert time.perf_counter() - t0 < 1.0
+    assert events[-1]["response"]["status"] == "cancelled"
+    assert live.wait_idle(2.0)["slots_in_use"] == 0
+    send(ws, "input_text_buffer.append", text="Still here.")
+    send(ws, "input_text_buffer.commit")
+    assert_completed(*until_done(ws))
+
+
+BAD_EVENTS: list[tuple[str, str]] = [
+    ("not json", "{oops"),
+    ("not an object", "[1, 2]"),
+    ("unknown type", json.dumps({"type": "response.explode"})),
+    ("missing type", json.dumps({"text": "hi"})),
+    ("append without text", json.dumps({"type": "input_text_buffer.append"})),
+    ("append wrong type", json.dumps({"type": "input_text_buffer.append", "text": 5})),
+    ("commit empty buffer", json.dumps({"type": "input_text_buffer.commit"})),
+    ("response without items", json.dumps({"type": "response.create"})),
+    ("cancel without response", json.dumps({"type": "response.cancel"})),
+    ("unsupported audio format", json.dumps({"type": "session.update", "session": {"output_audio_format": "g711"}})),
+    ("unknown voice", json.dumps({"type": "session.update", "session": {"voice": "nobody"}})),
+    ("unknown voice in response", json.dumps({"type": "conversation.item.create", "item": {"type": "message",
+     "role": "user", "content": [{"type": "input_text", "text": "Hi."}]}}) + "\n"),
+]
+
+
+def test_bad_events_answer_error_and_keep_the_session(ws: ClientConnection) -> None:
+    for name, raw in BAD_EVENTS:
+        ws.send(raw)
+        if name == "unknown voice in response":  # the item is fine; the response's voice is not
+            send(ws, "response.create", response={"voice": "nobody"})
+        event = recv(ws)
+        assert event["type"] == "error", (name, event)
+        assert event["error"]["type"] == "invalid_request_error" and event["error"]["message"]
+    ws.send(b"binary")
+    assert recv(ws)["type"] == "error"
+    send(ws, "session.update", session={"voice": "alloy"})
+    assert recv(ws)["type"] == "session.updated"
+    send(ws, "input_text_buffer.clear")
+    send(ws, "input_text_buffer.append", text="The session still works.")
+    send(ws, "input_text_buffer.commit")
+    assert_completed(*until_done(ws))
+
+
+def test_second_response_while_active_is_an_error(ws: ClientConnection) -> None:
+    send(ws, "input_text_buffer.append", text=LONG_TEXT[:300])
+    send(ws, "input_text_buffer.commit")
+    assert recv(ws)["type"] == "response.created"
+    send(ws, "input_text_buffer.append", text="More.")
+    send(ws, "input_text_buffer.commit")
+    events, _ = until_done(ws)
+    errors = [e for e in events if e["type"] == "error"]
+    assert len(errors) == 1 and errors[0]["error"]["code"] == "conversation_already_has_active_response"
+    assert events[-1]["response"]["status"] == "completed"
+
+
+def test_disconnect_cancels_the_response(live: LiveServer) -> None:
+    with connect(live.ws_url, max_size=None) as conn:
+        recv(conn)
+        send(conn, "session.update", session={"temperature": 0.0})
+        recv(conn)
+        send(conn, "input_text_buffer.append", text=LONG_TEXT)
+        send(conn, "input_text_buffer.commit")
+        assert recv(conn)["type"] == "response.created"
+        assert recv(conn)["type"] == "response.output_audio.delta"
+    stats = live.wait_idle(3.0)
+    assert stats["active_requests"] == stats["slots_in_use"] == 0
+
+
+def test_api_key_is_required(make_server: Callable[..., LiveServer]) -> None:
+    server = make_server(api_key=API_KEY)
+    with pytest.raises(InvalidStatus) as info:
+        connect(server.ws_url, open_timeout=30)
+    assert info.value.response.status_code == 401
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    with connect(server.ws_url, additional_headers=headers, open_timeout=30) as conn:
+        assert recv(conn)["type"] == "session.created"
