@@ -3,14 +3,18 @@
 Every layer of the decoder is causal, so one request's past is summarised by a small per-layer state:
 
 * causal conv (kernel k, dilation d): last ``(k - 1) * d`` input samples, prepended instead of zero padding;
-* transposed conv (kernel k, stride s): the last ``ceil(k / s) - 1`` input samples; their output overlap is
-  recomputed and trimmed exactly as the one-shot path trims its tail (none when k == s);
+* transposed conv (kernel k, stride s): the last ``ceil(k / s) - 1`` input samples, whose outputs overlap
+  the next chunk's first ``k - s`` samples (none when k == s); the one-shot path drops the same tail;
 * sliding-window attention (window W counts the query frame itself): the last W - 1 rotated keys and values
   per layer, with absolute RoPE positions so the tables are the one-shot ones;
 * everything else (codebooks, 1x1 convs, SnakeBeta, norms, MLPs) is per-sample and needs no state.
 
 A fresh state is all zeros, which is exactly the one-shot zero padding, so chunked output equals ``decode()``.
 Streams at different positions batch together: positions and the key mask are per batch row.
+
+Hot path (one CPU thread): a transposed conv runs as a polyphase conv1d (kernel ``ceil(k / s)``, ``C_out * s``
+outputs); SnakeBeta writes straight into the next conv's padded input buffer instead of a ``cat``; small
+convs run as im2col GEMMs and the residual 1x1 convs as ``baddbmm``, which also adds the skip connection.
 """
 
 from __future__ import annotations
@@ -35,7 +39,6 @@ from output_builder.codecs.qwen12hz_layers import (
     SlidingTransformer,
     SnakeBeta,
     TransformerLayer,
-    rotary_tables,
 )
 
 if TYPE_CHECKING:
@@ -48,13 +51,13 @@ StreamJob = tuple["DecodeStream", Tensor]
 class DecodeStream:
     """One request's decoder state. Opaque to callers; create with ``Qwen12HzCodec.open_stream()``."""
 
-    slots: list[Tensor]  # one tensor [1, ...] per stateful layer, in StreamingDecoder slot order
+    state: Tensor  # [S]: every stateful layer's slot, flattened and packed in StreamingDecoder order
     owner: int  # id() of the StreamingDecoder that opened it
     frames_decoded: int = 0
 
     def nbytes(self) -> int:
         """Bytes of tensor state held; constant for the life of the stream."""
-        return sum(t.numel() * t.element_size() for t in self.slots)
+        return self.state.numel() * self.state.element_size()
 
 
 def _trans_keep(layer: CausalTransConv1d) -> int:
@@ -109,6 +112,38 @@ def trans_as_conv(layer: CausalTransConv1d, taps: int) -> tuple[Tensor, Tensor]:
     return weight, bias.repeat_interleave(stride)
 
 
+_GEMM_MAX_INPUT = 65536  # input elements up to which the im2col GEMM beats conv1d (measured)
+
+
+def conv_valid(x: Tensor, weight: Tensor, bias: Tensor | None, dilation: int = 1, groups: int = 1) -> Tensor:
+    """conv1d without padding; small inputs run as an im2col GEMM (plain or depthwise).
+
+    conv1d sends small inputs (a few frames) to slow unbatched kernels, dilated ones especially.
+    """
+    # x: [B, C_in, L]; weight: [C_out, C_in / groups, K] -> [B, C_out, L - (K - 1) * dilation]
+    (b, c, length), (c_out, _, k) = x.shape, weight.shape
+    t, (s0, s1, s2) = length - (k - 1) * dilation, x.stride()
+    small = x.numel() <= _GEMM_MAX_INPUT
+    if small and groups == 1:
+        cols = x.as_strided((b, c, k, t), (s0, s1, dilation * s2, s2)).reshape(b, c * k, t)  # [B, C*K, T]
+        flat = weight.reshape(c_out, c * k)
+        if bias is None:
+            return torch.matmul(flat, cols)
+        if b == 1:
+            return torch.addmm(bias[:, None], flat, cols[0])[None]
+        return torch.baddbmm(bias[None, :, None], flat.expand(b, -1, -1), cols)
+    if small and groups == c == c_out:
+        cols = x.as_strided((b, c, t, k), (s0, s1, s2, dilation * s2))  # cols: [B, C, T, K]
+        out = torch.matmul(cols, weight.view(c, k, 1)).squeeze(-1)  # out: [B, C, T]
+        return out if bias is None else out.add_(bias[:, None])
+    return F.conv1d(x, weight, bias, dilation=dilation, groups=groups)
+
+
+def run_conv(conv: nn.Conv1d, x: Tensor) -> Tensor:
+    # x: [B, C_in, L] -> [B, C_out, L - (K - 1) * dilation]
+    return conv_valid(x, conv.weight, conv.bias, conv.dilation[0], conv.groups)
+
+
 class _Pass:
     """One batched step's view of the states: reads ``old`` slots, records the ``new`` ones (as views)."""
 
@@ -119,18 +154,18 @@ class _Pass:
         # x: [B, C_in, N] -> [B, C_out, N]
         slot = self.index.get(layer)
         if slot is None:
-            return cast(Tensor, layer.conv(x))
+            return run_conv(layer.conv, x)
         full = torch.cat((self.old[slot], x), dim=-1)  # full: [B, C_in, pad + N]
         self.new[slot] = full[..., x.shape[-1] :]
-        return cast(Tensor, layer.conv(full))
+        return run_conv(layer.conv, full)
 
     def snake(self, act: SnakeBeta, x: Tensor, out: Tensor | None = None) -> Tensor:
         """``SnakeBeta`` with the same arithmetic, in one temporary, optionally written into ``out``."""
         # x: [B, C, T]
         alpha, inv_beta = self.derived.get(act, lambda: snake_scales(act))
         s = torch.mul(x, alpha)
-        s.sin_().pow_(2).mul_(inv_beta)
-        return torch.add(x, s, out=out if out is not None else s)
+        s.sin_().pow_(2)
+        return torch.addcmul(x, s, inv_beta, out=out if out is not None else s)
 
     def snake_padded(self, act: SnakeBeta, layer: nn.Module, x: Tensor) -> Tensor:
         """snake(x) written right after ``layer``'s cached input samples: [B, C, keep + N], no cat."""
@@ -146,7 +181,7 @@ class _Pass:
         """Transposed conv of the last N inputs of ``full`` [B, C_in, keep + N] -> [B, C_out, N * s]."""
         taps = full.shape[-1] - n + 1
         weight, bias = self.derived.get(layer, lambda: trans_as_conv(layer, taps))
-        y = F.conv1d(full, weight, bias)  # y: [B, C_out * s, N], channel o * s + j
+        y = conv_valid(full, weight, bias)  # y: [B, C_out * s, N], channel o * s + j
         return y.unflatten(1, (-1, layer.stride)).transpose(2, 3).reshape(y.shape[0], -1, n * layer.stride)
 
     def kv(self, attn: Attention, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -183,19 +218,20 @@ class StreamingDecoder:
         self.module = module
         self.window = module.cfg.sliding_window
         self.index: dict[nn.Module, int] = {}
-        self.shapes: list[tuple[int, ...]] = []
+        self.layout: list[tuple[int, int, tuple[int, ...]]] = []  # (offset, size, shape) per slot
+        self.state_size = 0
         for sub in module.modules():
             shape = _state_shape(sub, self.window)
             if shape is not None:
-                self.index[sub] = len(self.shapes)
-                self.shapes.append(shape)
-        self._rope: tuple[Tensor, Tensor] | None = None
+                self.index[sub] = len(self.layout)
+                self.layout.append((self.state_size, math.prod(shape), shape))
+                self.state_size += math.prod(shape)
+        self._freq: Tensor | None = None
         self.derived = _Derived()
 
     def open(self) -> DecodeStream:
         param = next(self.module.parameters())
-        slots = [torch.zeros((1, *shape), device=param.device, dtype=param.dtype) for shape in self.shapes]
-        return DecodeStream(slots, owner=id(self))
+        return DecodeStream(param.new_zeros(self.state_size), owner=id(self))
 
     def decode(self, jobs: Sequence[StreamJob]) -> list[Tensor]:
         """Decodes every job's N new frames, one batch per distinct N; returns float32 CPU samples."""
@@ -203,7 +239,7 @@ class StreamingDecoder:
         groups: dict[int, list[int]] = defaultdict(list)
         for i, (_, codes) in enumerate(jobs):
             groups[int(codes.shape[-1])].append(i)
-        out: list[Tensor] = [torch.zeros(0)] * len(jobs)
+        out = [torch.zeros(0) for _ in jobs]
         for n, members in groups.items():
             if n == 0:
                 continue
@@ -228,17 +264,21 @@ class StreamingDecoder:
         states = [state for state, _ in jobs]
         param = next(self.module.parameters())
         codes = torch.stack([c for _, c in jobs]).to(param.device, torch.long)  # codes: [B, Q, N]
-        if len(states) == 1:
-            slots = list(states[0].slots)
-        else:
-            slots = [torch.cat(group) for group in zip(*(s.slots for s in states), strict=True)]
+        packed = torch.stack([s.state for s in states])  # packed: [B, S]
         start = torch.tensor([s.frames_decoded for s in states], device=param.device)
-        wav, new = self.step(codes, slots, start)
+        wav, new = self.step(codes, self._unpack(packed), start)
         wav = wav.float().cpu()  # wav: [B, N * samples_per_frame]
+        packed = torch.empty_like(packed)
+        for view, slot in zip(self._unpack(packed), new, strict=True):
+            view.copy_(slot)
         for b, state in enumerate(states):
-            state.slots = [t[b : b + 1].clone() for t in new]
+            state.state = packed[b].clone() if len(states) > 1 else packed[0]
             state.frames_decoded += int(codes.shape[-1])
         return [row.clone() for row in wav] if len(states) > 1 else [wav[0]]
+
+    def _unpack(self, packed: Tensor) -> list[Tensor]:
+        # packed: [B, S] -> one view [B, *shape] per slot
+        return [packed[:, off : off + size].view(-1, *shape) for off, size, shape in self.layout]
 
     def step(self, codes: Tensor, slots: list[Tensor], start: Tensor) -> tuple[Tensor, list[Tensor]]:
         """codes: [B, Q, N]; slots: stacked states; start: [B] frames already decoded.
@@ -257,7 +297,7 @@ class StreamingDecoder:
         for block in stages[1:-2]:
             h = self._decoder_block(run, cast(DecoderBlock, block), h)
         final = cast(CausalConv1d, stages[-1])
-        h = final.conv(run.snake_padded(cast(SnakeBeta, stages[-2]), final, h))
+        h = run_conv(final.conv, run.snake_padded(cast(SnakeBeta, stages[-2]), final, h))
         return h.squeeze(1).clamp(-1.0, 1.0), run.new
 
     def _convnext(self, run: _Pass, block: ConvNeXtBlock, x: Tensor) -> Tensor:
@@ -277,8 +317,9 @@ class StreamingDecoder:
 
     def _residual_unit(self, run: _Pass, unit: ResidualUnit, x: Tensor) -> Tensor:
         # x: [B, C, T]
-        h = run.snake(unit.act2, unit.conv1.conv(run.snake_padded(unit.act1, unit.conv1, x)))
-        conv2 = unit.conv2.conv  # 1x1: as a batched GEMM that also adds the residual (conv1d is slow for B > 1)
+        h = run.snake(unit.act2, run_conv(unit.conv1.conv, run.snake_padded(unit.act1, unit.conv1, x)))
+        # 1x1 conv as a batched GEMM that also adds the residual (conv1d is slow here for B > 1)
+        conv2 = unit.conv2.conv
         out = torch.baddbmm(x, conv2.weight[:, :, 0].expand(x.shape[0], -1, -1), h)  # out: x + W h
         return out if conv2.bias is None else out.add_(conv2.bias[:, None])
 
@@ -287,8 +328,9 @@ class StreamingDecoder:
         tr: SlidingTransformer = self.module.pre_transformer
         n = x.shape[1]
         pos = start[:, None] + torch.arange(n, device=x.device)  # pos: [B, N]
-        cos, sin = self._rope_tables(int(pos.max()) + 1, x.device)
-        rope = (cos[pos][:, None].to(x.dtype), sin[pos][:, None].to(x.dtype))  # each [B, 1, N, D]
+        angles = pos.float()[..., None] * self._inv_freq(x.device)  # angles: [B, N, D / 2]
+        angles = torch.cat((angles, angles), dim=-1)[:, None]  # angles: [B, 1, N, D]
+        rope = (angles.cos().to(x.dtype), angles.sin().to(x.dtype))
         mask = window_mask(start, n, self.window)
         h = tr.input_proj(x)
         for layer in tr.layers:
@@ -322,11 +364,10 @@ class StreamingDecoder:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.head_dim**-0.5)
         return cast(Tensor, attn.o_proj(out.transpose(1, 2).flatten(2)))
 
-    def _rope_tables(self, length: int, device: torch.device) -> tuple[Tensor, Tensor]:
-        """The one-shot cos/sin tables ([L, D], float32), grown by doubling and cached."""
-        tr = self.module.pre_transformer
-        cached = self._rope
-        if cached is None or cached[0].shape[0] < length or cached[0].device != device:
-            size = max(length, 2 * cached[0].shape[0] if cached is not None else 1024)
-            cached = self._rope = rotary_tables(size, tr.head_dim, tr.theta, device)
-        return cached
+    def _inv_freq(self, device: torch.device) -> Tensor:
+        """RoPE inverse frequencies [D / 2]: the float32 values of ``rotary_tables`` (the one-shot path)."""
+        if self._freq is None or self._freq.device != device:
+            tr = self.module.pre_transformer
+            exponent = torch.arange(0, tr.head_dim, 2, dtype=torch.int64, device=device).float() / tr.head_dim
+            self._freq = 1.0 / (tr.theta**exponent)
+        return self._freq
