@@ -131,6 +131,11 @@ async def run_level(args: argparse.Namespace, protocol: str, concurrency: int) -
 async def _http_worker(args: argparse.Namespace, headers: dict[str, str], queue: asyncio.Queue[int],
                        level: Level) -> None:
     async with httpx.AsyncClient(base_url=args.url, headers=headers, timeout=httpx.Timeout(60.0)) as client:
+        try:
+            await client.get("/health")  # open the keep-alive connection untimed, as a WebSocket client does
+        except httpx.HTTPError as exc:
+            level.failures.append(f"{type(exc).__name__}: {exc}")
+            return
         while not queue.empty():
             queue.get_nowait()
             try:

@@ -57,7 +57,7 @@ class LiveServer:
         self.thread.join(30)
 
 
-def start_server(config: EngineConfig, api_key: str | None = None) -> LiveServer:
+def start_server(config: EngineConfig, api_key: str | None = None, wait_ready: bool = True) -> LiveServer:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -68,6 +68,8 @@ def start_server(config: EngineConfig, api_key: str | None = None) -> LiveServer
                               name=f"uvicorn-{port}")
     thread.start()
     live = LiveServer(f"http://127.0.0.1:{port}", app, server, thread)
+    if not wait_ready:
+        return live
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         try:
@@ -102,8 +104,8 @@ def make_server(server_config: EngineConfig) -> Iterator[Callable[..., LiveServe
     """Starts extra servers with config overrides (and an optional API key); stops them after the test."""
     started: list[LiveServer] = []
 
-    def make(api_key: str | None = None, **overrides: object) -> LiveServer:
-        server = start_server(replace(server_config, **overrides), api_key)  # type: ignore[arg-type]
+    def make(api_key: str | None = None, wait_ready: bool = True, **overrides: object) -> LiveServer:
+        server = start_server(replace(server_config, **overrides), api_key, wait_ready)  # type: ignore[arg-type]
         started.append(server)
         return server
 

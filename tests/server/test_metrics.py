@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from server.app import create_app
+from server.state import state_of
+from talker.config import EngineConfig
 from tests.server.conftest import LiveServer
 
 LONG_TEXT = "This sentence keeps going on and on so that the audio lasts for a good while. " * 12
@@ -33,6 +38,26 @@ def test_health_and_listings(live: LiveServer, client: httpx.Client) -> None:
     names = {v["id"] for v in voices["data"]}
     assert {"alloy", "nova"} <= names and set(live.engine.voices) == names
     assert "english" in voices["languages"]
+
+
+def test_health_is_503_until_started_and_when_the_model_fails(
+    make_server: Callable[..., LiveServer], server_config: EngineConfig, tmp_path: Path,
+) -> None:
+    assert state_of(create_app(server_config)).status == "starting"  # before the lifespan runs
+    broken = make_server(wait_ready=False, model=str(tmp_path))  # a directory without a checkpoint
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            health = httpx.get(broken.url + "/health", timeout=5)
+            if health.json()["status"] == "dead" or time.monotonic() > deadline:
+                break
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    assert health.status_code == 503 and health.json()["detail"]
+    assert int(health.headers["retry-after"]) >= 1
+    resp = httpx.post(broken.url + "/v1/audio/speech", json={"model": "tts-1", "input": "Hi.", "voice": "alloy"})
+    assert resp.status_code == 503 and resp.json()["error"]["type"] == "server_error"
 
 
 def test_openapi_docs(client: httpx.Client) -> None:

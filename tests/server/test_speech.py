@@ -139,6 +139,12 @@ def test_sample_rate_extension(live: LiveServer, fmt: str, rate: int, reference_
     assert samples.size / rate == pytest.approx(reference_seconds, abs=0.1)
 
 
+def test_instructions_are_accepted(live: LiveServer) -> None:
+    resp = httpx.post(live.url + "/v1/audio/speech", json=body(response_format="wav", instructions="Speak calmly."),
+                      timeout=60)
+    assert resp.status_code == 200 and seconds(resp.content, "wav") > 0.5
+
+
 def test_seed_is_reproducible(live: LiveServer) -> None:
     payload = body(response_format="pcm", temperature=0.9, top_k=20, top_p=0.9, seed=1234)
     a = httpx.post(live.url + "/v1/audio/speech", json=payload, timeout=60)
