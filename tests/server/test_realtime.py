@@ -171,3 +171,33 @@ def test_api_key_is_required(make_server: Callable[..., LiveServer]) -> None:
     headers = {"Authorization": f"Bearer {API_KEY}"}
     with connect(server.ws_url, additional_headers=headers, open_timeout=30) as conn:
         assert recv(conn)["type"] == "session.created"
+
+
+def test_generation_failure_fails_only_that_response(make_server: Callable[..., LiveServer]) -> None:
+    server = make_server()
+    worker = server.engine.worker
+    assert worker is not None
+    armed = {"on": False}
+
+    def hook(stage: str, batch: list[Any]) -> None:
+        if stage == "step" and armed["on"]:
+            armed["on"] = False
+            raise RuntimeError("injected step failure")
+
+    worker.fault_hook = hook
+    with connect(server.ws_url, max_size=None) as conn:
+        recv(conn)
+        send(conn, "session.update", session={"temperature": 0.0})
+        recv(conn)
+        send(conn, "input_text_buffer.append", text=LONG_TEXT)
+        send(conn, "input_text_buffer.commit")
+        assert recv(conn)["type"] == "response.created"
+        assert recv(conn)["type"] == "response.output_audio.delta"
+        armed["on"] = True
+        events, _ = until_done(conn)
+        done = events[-1]["response"]
+        assert done["status"] == "failed" and done["status_details"]["error"]["code"] == "generation_error"
+        send(conn, "input_text_buffer.append", text="Working again.")
+        send(conn, "input_text_buffer.commit")
+        assert_completed(*until_done(conn))
+    worker.fault_hook = None
