@@ -3,13 +3,15 @@ then larger ones). Runs wherever snapshots are consumed: the event loop (async m
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from output_builder.streams import AudioStream
 from talker.request import FinishReason
+
+_stream_ids = itertools.count(1)
 
 
 @dataclass(slots=True, eq=False)
@@ -22,7 +24,8 @@ class RequestOutput:
     eos_id: int
     first_chunk: int
     chunk: int
-    decoder: Any = None  # the codec's per-request stream state
+    stream_id: int = field(default_factory=lambda: next(_stream_ids))  # names its codec state
+    released: bool = False  # codec state dropped
     frames: int = 0  # frames accepted (EOS and later frames are not counted)
     chunks: int = 0
     closed: bool = False  # no more frames are accepted
@@ -52,10 +55,9 @@ class RequestOutput:
         return ChunkJob(self, codes, final)
 
     def abandon(self) -> None:
-        """Cancelled or failed: drop frames and decoder state."""
+        """Cancelled or failed: accept no more frames."""
         self.closed = True
         self._pending = []
-        self.decoder = None
 
 
 @dataclass(slots=True)

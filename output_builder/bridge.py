@@ -14,11 +14,12 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
 import numpy as np
-import torch
 
 from output_builder.assembler import ChunkJob, RequestOutput
+from output_builder.codec_process import CodecProcessError, DecodeRequest, decode_batch
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
 from talker.request import FinishReason, RequestError
 from talker.snapshot import StepSnapshot
@@ -27,30 +28,47 @@ log = logging.getLogger("talkstream.output")
 FaultHook = Callable[[str, list[ChunkJob]], None]
 
 
-class ChunkDecoder:
-    """Turns chunk jobs into 16-bit PCM. Owned by one thread at a time (the codec worker, or the worker in sync)."""
+class DecodeBackend(Protocol):
+    def decode(self, jobs: list[tuple[int, np.ndarray]]) -> list[np.ndarray]: ...
+
+    def close_stream(self, sid: int) -> None: ...
+
+
+class InProcessCodec:
+    """The codec in this process (sync mode: used inline by the Talker worker)."""
 
     def __init__(self, codec: Qwen12HzCodec) -> None:
         self.codec = codec
+        self._states: dict[int, object] = {}
+        self._closed: list[int] = []
+
+    def decode(self, jobs: list[tuple[int, np.ndarray]]) -> list[np.ndarray]:
+        closed, self._closed = self._closed, []
+        return decode_batch(self.codec, self._states, DecodeRequest(jobs, closed))
+
+    def close_stream(self, sid: int) -> None:
+        self._closed.append(sid)
+
+
+class ChunkDecoder:
+    """Turns chunk jobs into 16-bit PCM, each request's codec state kept by the backend under its stream id."""
+
+    def __init__(self, backend: DecodeBackend) -> None:
+        self.backend = backend
         self.fault_hook: FaultHook | None = None  # test-only fault injection
 
     def decode(self, jobs: list[ChunkJob]) -> list[np.ndarray | None]:
         if self.fault_hook is not None:
             self.fault_hook("codec", jobs)
         live = [j for j in jobs if j.codes is not None and not j.out.stream.done]
-        for j in live:
-            if j.out.decoder is None:
-                j.out.decoder = self.codec.open_stream()
-        waves = self.codec.decode_streams(
-            [(j.out.decoder, torch.from_numpy(j.codes).long()) for j in live]  # type: ignore[arg-type]
-        )
-        by_job = {id(j): to_pcm16(w.numpy()) for j, w in zip(live, waves, strict=True)}
+        pcm = self.backend.decode([(j.out.stream_id, j.codes) for j in live]) if live else []  # type: ignore[misc]
+        by_job = {id(j): a for j, a in zip(live, pcm, strict=True)}
         return [by_job.get(id(j)) for j in jobs]
 
-
-def to_pcm16(wave: np.ndarray) -> np.ndarray:
-    """float [-1, 1] -> int16, rounding to nearest."""
-    return np.clip(np.rint(wave * 32767.0), -32768, 32767).astype(np.int16)
+    def release(self, out: RequestOutput) -> None:
+        if not out.released:
+            out.released = True
+            self.backend.close_stream(out.stream_id)
 
 
 class OutputPipeline:
@@ -80,7 +98,7 @@ class OutputPipeline:
                 stream.usage.frames += job.codes.shape[1] if job.codes is not None else 0
                 stream.put(audio)
             if job.final is not None:
-                job.out.decoder = None
+                self.decoder.release(job.out)
                 stream.finish(job.final)
 
     def fail_jobs(self, jobs: list[ChunkJob], exc: BaseException, on_abort: Callable[[str], None]) -> None:
@@ -88,6 +106,8 @@ class OutputPipeline:
         for job in jobs:
             self.fail_output(job.out, RequestError(f"audio decoding failed: {exc}", code="output_error"))
             on_abort(job.out.request_id)
+        if isinstance(exc, CodecProcessError):
+            self.on_fatal(exc)
 
     def fail_step(self, snap: StepSnapshot) -> None:
         err = snap.error or RuntimeError("step failed")
@@ -96,10 +116,13 @@ class OutputPipeline:
         if snap.fatal:
             self.on_fatal(err)
 
-    @staticmethod
-    def fail_output(out: RequestOutput, exc: BaseException) -> None:
-        out.abandon()
+    def fail_output(self, out: RequestOutput, exc: BaseException) -> None:
+        self.abandon(out)
         out.stream.finish(FinishReason.ERROR, exc)
+
+    def abandon(self, out: RequestOutput) -> None:
+        out.abandon()
+        self.decoder.release(out)
 
 
 class AsyncBridge:

@@ -12,13 +12,15 @@ from pathlib import Path
 import torch
 
 from output_builder.assembler import RequestOutput
-from output_builder.bridge import AsyncBridge, ChunkDecoder, OutputPipeline, SyncBridge
+from output_builder.bridge import AsyncBridge, ChunkDecoder, InProcessCodec, OutputPipeline, SyncBridge
+from output_builder.codec_process import CodecProcess
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
 from output_builder.streams import AudioStream
 from talker.config import EngineConfig, OutputMode
 from talker.device import DeviceLayer, resolve_device
 from talker.models.frontend import Frontend, Prepared, Voice, load_tokenizer
 from talker.models.loader import LoadedTalker, load_talker, resolve_dtype
+from talker.models.qwen3_tts.config import read_json
 from talker.models.tiny import ensure_tiny
 from talker.request import (
     EngineBusyError,
@@ -39,9 +41,11 @@ WATCHDOG_PERIOD_S = 0.5
 class Loaded:
     path: Path
     talker: LoadedTalker
-    codec: Qwen12HzCodec
+    codec: Qwen12HzCodec | None  # in this process (sync mode); async mode decodes in the codec process
+    codec_process: CodecProcess | None
     frontend: Frontend
     device: torch.device
+    sample_rate: int
 
 
 class Engine:
@@ -67,7 +71,8 @@ class Engine:
         self._loaded = loaded = await asyncio.to_thread(self._load)
         self._codec_pool = ThreadPoolExecutor(1, "codec-worker", initializer=torch.set_num_threads,
                                               initargs=(cfg.torch_threads,))
-        self.pipeline = OutputPipeline(ChunkDecoder(loaded.codec), self._mark_dead)
+        backend = loaded.codec_process or InProcessCodec(loaded.codec)  # type: ignore[arg-type]
+        self.pipeline = OutputPipeline(ChunkDecoder(backend), self._mark_dead)
         if cfg.output_mode is OutputMode.ASYNC:
             self._bridge = AsyncBridge(self._loop, self.pipeline, self._codec_pool, self._abort)
         else:
@@ -92,11 +97,17 @@ class Engine:
         device = resolve_device(cfg.device)
         path = ensure_tiny(cfg.cache_dir) if cfg.model == "tiny" else Path(cfg.model)
         talker = load_talker(path, device, resolve_dtype(cfg.dtype, device))
-        codec = Qwen12HzCodec.from_pretrained(path / "speech_tokenizer", device=device)
+        codec_dir = path / "speech_tokenizer"
+        sample_rate = int(read_json(codec_dir / "config.json").get("output_sample_rate", 24000))
+        codec, process = None, None
+        if cfg.output_mode is OutputMode.ASYNC:
+            process = CodecProcess(codec_dir, str(device), cfg.torch_threads)
+        else:
+            codec = Qwen12HzCodec.from_pretrained(codec_dir, device=device)
         max_frames = min(cfg.max_frames, cfg.max_len // 2)
         frontend = Frontend(talker.cfg, talker.generation, load_tokenizer(path), max_frames, cfg.text_width,
                             cfg.max_len - max_frames)
-        return Loaded(path, talker, codec, frontend, device)
+        return Loaded(path, talker, codec, process, frontend, device, sample_rate)
 
     async def _warmup(self) -> None:
         stream = self.submit(SpeechRequest(text="Warm up.", seed=0, max_frames=12))
@@ -129,6 +140,8 @@ class Engine:
             await self._bridge.stop()
         if self._codec_pool is not None:
             self._codec_pool.shutdown(wait=True)
+        if self._loaded is not None and self._loaded.codec_process is not None:
+            await asyncio.to_thread(self._loaded.codec_process.stop)
         self.state = EngineState.STOPPED if self.state is not EngineState.DEAD else EngineState.DEAD
 
     # Requests -------------------------------------------------------------------------------------
@@ -172,8 +185,8 @@ class Engine:
 
     def _abort(self, request_id: str) -> None:
         out = self._outputs.pop(request_id, None)
-        if out is not None:
-            out.abandon()
+        if out is not None and self.pipeline is not None:
+            self.pipeline.abandon(out)
         if self.worker is not None:
             self.worker.send(Abort(request_id))
 
@@ -182,15 +195,17 @@ class Engine:
             self.worker.send(Pause(request_id, paused))
 
     def _fail(self, out: RequestOutput, exc: BaseException) -> None:
-        OutputPipeline.fail_output(out, exc)
+        assert self.pipeline is not None
+        self.pipeline.fail_output(out, exc)
         self._abort(out.request_id)
 
     def _mark_dead(self, exc: BaseException) -> None:
         log.error("engine is dead: %r", exc)
         self.state = EngineState.DEAD
         self.dead_reason = str(exc) or type(exc).__name__
+        assert self.pipeline is not None
         for out in list(self._outputs.values()):
-            OutputPipeline.fail_output(out, EngineDeadError(f"the engine is dead: {self.dead_reason}"))
+            self.pipeline.fail_output(out, EngineDeadError(f"the engine is dead: {self.dead_reason}"))
 
     async def _watch_readers(self) -> None:
         timeout = self.config.reader_timeout_s
@@ -201,13 +216,17 @@ class Engine:
                 if out.stream.idle_for(now) > timeout:
                     log.warning("dropping request %s: its reader was idle for %.0f s", out.request_id, timeout)
                     self._fail(out, RequestError("the client stopped reading audio", code="reader_timeout"))
-            if self.worker is not None and not self.worker.alive and self.state is not EngineState.STOPPED:
-                self._mark_dead(RuntimeError("the talker worker thread exited"))
+            if self.state in (EngineState.READY, EngineState.DRAINING):
+                if self.worker is not None and not self.worker.alive:
+                    self._mark_dead(RuntimeError("the talker worker thread exited"))
+                process = self._loaded.codec_process if self._loaded else None
+                if process is not None and not process.alive:
+                    self._mark_dead(RuntimeError("the codec process exited"))
 
     # Introspection --------------------------------------------------------------------------------
     @property
     def sample_rate(self) -> int:
-        return self._loaded.codec.sample_rate if self._loaded else 24000
+        return self._loaded.sample_rate if self._loaded else 24000
 
     @property
     def voices(self) -> dict[str, Voice]:
@@ -216,6 +235,15 @@ class Engine:
     @property
     def languages(self) -> list[str]:
         return ["auto", *sorted(self._loaded.talker.cfg.languages)] if self._loaded else ["auto"]
+
+    def memory(self) -> dict[str, int]:
+        """Bytes held per active request: its Talker slot (KV cache and device state) and codec stream state."""
+        if self.worker is None or self._loaded is None:
+            return {}
+        slot = self.worker.runner.bytes_per_slot
+        codec = self._loaded.codec.open_stream().nbytes() if self._loaded.codec else 0
+        return {"slot_bytes": slot, "codec_state_bytes": codec, "bytes_per_request": slot + codec,
+                "kv_cache_bytes": self.worker.runner.kv.nbytes}
 
     def stats(self) -> dict[str, int]:
         sched = self.worker.scheduler if self.worker else None

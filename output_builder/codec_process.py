@@ -1,0 +1,136 @@
+"""The codec-decode worker as a child process that owns the codec model and every request's decoder state.
+
+Why a process: on CPU the Talker step and the codec decode are both streams of small torch ops, and two threads of
+one interpreter hand the GIL back and forth at every op (measured: the Talker step doubles). A child process decodes
+truly beside the decode loop. Jobs go down a pipe as small code arrays; 16-bit PCM comes back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("talkstream.codec")
+START_TIMEOUT_S = 120.0
+
+
+class CodecProcessError(RuntimeError):
+    """The codec process failed or died."""
+
+
+@dataclass(slots=True)
+class DecodeRequest:
+    jobs: list[tuple[int, np.ndarray]]  # (stream id, codes [G, N] int)
+    closed: list[int] = field(default_factory=list)  # stream ids whose state can be dropped
+
+
+def to_pcm16(wave: np.ndarray) -> np.ndarray:
+    """float [-1, 1] -> int16, rounding to nearest."""
+    return np.clip(np.rint(wave * 32767.0), -32768, 32767).astype(np.int16)
+
+
+def decode_batch(codec: object, states: dict[int, object], req: DecodeRequest) -> list[np.ndarray]:
+    """The one decode routine, shared by the child process and the in-process (sync mode) path."""
+    import torch
+
+    for sid in req.closed:
+        states.pop(sid, None)
+    pairs = []
+    for sid, codes in req.jobs:
+        if sid not in states:
+            states[sid] = codec.open_stream()  # type: ignore[attr-defined]
+        pairs.append((states[sid], torch.from_numpy(np.ascontiguousarray(codes)).long()))
+    waves = codec.decode_streams(pairs)  # type: ignore[attr-defined]
+    return [to_pcm16(w.numpy()) for w in waves]
+
+
+def _serve(conn: Connection, path: str, device: str, threads: int) -> None:
+    import torch
+
+    from output_builder.codecs.qwen12hz import Qwen12HzCodec
+
+    torch.set_num_threads(threads)
+    try:
+        codec = Qwen12HzCodec.from_pretrained(Path(path), device=torch.device(device))
+        conn.send(("ready", None))
+    except Exception as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    states: dict[int, object] = {}
+    while True:
+        try:
+            req = conn.recv()
+        except EOFError:
+            return
+        if req is None:
+            return
+        try:
+            conn.send(("ok", decode_batch(codec, states, req)))
+        except Exception as exc:
+            for sid, _ in req.jobs:
+                states.pop(sid, None)
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+class CodecProcess:
+    """Parent side. `decode` is called by one thread at a time (the codec worker thread)."""
+
+    def __init__(self, path: Path, device: str, threads: int) -> None:
+        ours, theirs = socket.socketpair()
+        cmd = [sys.executable, "-m", "output_builder.codec_process", str(theirs.fileno()), str(path), device,
+               str(threads)]
+        self._proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),))
+        theirs.close()
+        self._conn = Connection(ours.detach())
+        self._closed: list[int] = []
+        self._lock = threading.Lock()
+        if not self._conn.poll(START_TIMEOUT_S):
+            self.stop()
+            raise CodecProcessError("the codec process did not start in time")
+        status, detail = self._conn.recv()
+        if status != "ready":
+            self.stop()
+            raise CodecProcessError(f"the codec process failed to load: {detail}")
+
+    @property
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def close_stream(self, sid: int) -> None:
+        """Any thread: the stream's state is dropped with the next request."""
+        self._closed.append(sid)
+
+    def decode(self, jobs: list[tuple[int, np.ndarray]]) -> list[np.ndarray]:
+        closed, self._closed = self._closed, []
+        with self._lock:
+            try:
+                self._conn.send(DecodeRequest(jobs, closed))
+                status, payload = self._conn.recv()
+            except (EOFError, OSError) as exc:
+                raise CodecProcessError(f"the codec process died: {exc!r}") from exc
+        if status != "ok":
+            raise CodecProcessError(str(payload))
+        return payload  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._conn.send(None)
+        try:
+            self._proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait(5)
+        self._conn.close()
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1])), sys.argv[2], sys.argv[3], int(sys.argv[4]))
