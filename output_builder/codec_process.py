@@ -119,7 +119,8 @@ class CodecProcess:
                 raise CodecProcessError(f"the codec process died: {exc!r}") from exc
         if status != "ok":
             raise CodecProcessError(str(payload))
-        return payload  # type: ignore[no-any-return]
+        pcm: list[np.ndarray] = payload
+        return pcm
 
     def stop(self) -> None:
         with contextlib.suppress(OSError, ValueError):

@@ -136,7 +136,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     out["throughput_ratio"] = round(a["frames_per_s"] / s["frames_per_s"], 3)
     out["identical"] = results[OutputMode.SYNC].audio == results[OutputMode.ASYNC].audio
     out["batch"], out["frames_per_request"] = args.batch, args.steps
-    out["memory"] = results[OutputMode.SYNC].memory  # the sync engine holds the codec in-process, so it can size its state
+    out["memory"] = results[OutputMode.SYNC].memory  # the sync engine holds the codec here, so it sizes its state
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     if args.svg:
         Path(args.svg).parent.mkdir(parents=True, exist_ok=True)

@@ -52,7 +52,7 @@ class Stop:
 
 
 Command = Submit | Abort | Pause | Stop
-FaultHook = Callable[[str, list[Seq]], None]
+FaultHook = Callable[[str, tuple[Seq, ...]], None]
 
 
 class TalkerWorker:
@@ -135,13 +135,11 @@ class TalkerWorker:
                 for seq in cmd.seqs:
                     sched.add(seq)
         elif isinstance(cmd, Abort):
-            seq = sched.by_id.get(cmd.request_id)
-            if seq is not None:
-                sched.finish(seq)
+            if (found := sched.by_id.get(cmd.request_id)) is not None:
+                sched.finish(found)
         elif isinstance(cmd, Pause):
-            seq = sched.by_id.get(cmd.request_id)
-            if seq is not None:
-                sched.set_paused(seq, cmd.paused, self._step)
+            if (found := sched.by_id.get(cmd.request_id)) is not None:
+                sched.set_paused(found, cmd.paused, self._step)
         elif isinstance(cmd, Stop):
             self._running = False
 

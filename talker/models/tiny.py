@@ -312,7 +312,8 @@ def _wire_eos_on_pad(model: Qwen3TTSModel, cfg: Qwen3TTSConfig) -> None:
     fc2.weight[0, 0] = 8.0
     t.model.codec_embedding.weight[:, 0] = 0.0
     for emb in t.code_predictor.model.codec_embedding:
-        emb.weight[:, 0] = 0.0  # type: ignore[index]
+        assert isinstance(emb, torch.nn.Embedding)
+        emb.weight[:, 0] = 0.0
     for layer in t.model.layers:
         layer.self_attn.o_proj.weight[0].zero_()  # type: ignore[union-attr,index]
         layer.mlp.down_proj.weight[0].zero_()  # type: ignore[union-attr,index]
