@@ -21,7 +21,7 @@ import numpy as np
 from output_builder.assembler import ChunkJob, RequestOutput
 from output_builder.codec_process import CodecProcessError, DecodeRequest, decode_batch
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
-from talker.request import FinishReason, RequestError
+from talker.request import FinishReason, RequestFailedError
 from talker.snapshot import StepSnapshot
 
 log = logging.getLogger("talkstream.output")
@@ -104,7 +104,7 @@ class OutputPipeline:
     def fail_jobs(self, jobs: list[ChunkJob], exc: BaseException, on_abort: Callable[[str], None]) -> None:
         log.error("audio output failed for %d request(s): %r", len(jobs), exc)
         for job in jobs:
-            self.fail_output(job.out, RequestError(f"audio decoding failed: {exc}", code="output_error"))
+            self.fail_output(job.out, RequestFailedError(f"audio decoding failed: {exc}", code="output_error"))
             on_abort(job.out.request_id)
         if isinstance(exc, CodecProcessError):
             self.on_fatal(exc)
@@ -112,7 +112,7 @@ class OutputPipeline:
     def fail_step(self, snap: StepSnapshot) -> None:
         err = snap.error or RuntimeError("step failed")
         for seq in snap.seqs:
-            self.fail_output(seq.sink, RequestError(f"generation failed: {err}", code="generation_error"))
+            self.fail_output(seq.sink, RequestFailedError(f"generation failed: {err}", code="generation_error"))
         if snap.fatal:
             self.on_fatal(err)
 

@@ -27,6 +27,7 @@ from talker.request import (
     EngineDeadError,
     EngineState,
     RequestError,
+    RequestFailedError,
     SpeechRequest,
 )
 from talker.runner import Runner
@@ -208,20 +209,29 @@ class Engine:
             self.pipeline.fail_output(out, EngineDeadError(f"the engine is dead: {self.dead_reason}"))
 
     async def _watch_readers(self) -> None:
-        timeout = self.config.reader_timeout_s
         while True:
             await asyncio.sleep(WATCHDOG_PERIOD_S)
-            now = time.monotonic()
-            for out in list(self._outputs.values()):
-                if out.stream.idle_for(now) > timeout:
-                    log.warning("dropping request %s: its reader was idle for %.0f s", out.request_id, timeout)
-                    self._fail(out, RequestError("the client stopped reading audio", code="reader_timeout"))
-            if self.state in (EngineState.READY, EngineState.DRAINING):
-                if self.worker is not None and not self.worker.alive:
-                    self._mark_dead(RuntimeError("the talker worker thread exited"))
-                process = self._loaded.codec_process if self._loaded else None
-                if process is not None and not process.alive:
-                    self._mark_dead(RuntimeError("the codec process exited"))
+            try:
+                self._check_readers(time.monotonic())
+                self._check_workers()
+            except Exception:  # the watchdog must outlive any bug in what it checks
+                log.exception("engine watchdog check failed")
+
+    def _check_readers(self, now: float) -> None:
+        timeout = self.config.reader_timeout_s
+        for out in list(self._outputs.values()):
+            if out.stream.idle_for(now) > timeout:
+                log.warning("dropping request %s: its reader was idle for %.0f s", out.request_id, timeout)
+                self._fail(out, RequestFailedError("the client stopped reading audio", code="reader_timeout"))
+
+    def _check_workers(self) -> None:
+        if self.state not in (EngineState.READY, EngineState.DRAINING):
+            return
+        if self.worker is not None and not self.worker.alive:
+            self._mark_dead(RuntimeError("the talker worker thread exited"))
+        process = self._loaded.codec_process if self._loaded else None
+        if process is not None and not process.alive:
+            self._mark_dead(RuntimeError("the codec process exited"))
 
     # Introspection --------------------------------------------------------------------------------
     @property

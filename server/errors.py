@@ -13,13 +13,11 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from server.protocol import ErrorDetail, ErrorEnvelope
-from talker.request import EngineBusyError, EngineDeadError, RequestError
+from talker.request import EngineBusyError, EngineDeadError, RequestError, RequestFailedError
 
 log = logging.getLogger("talkstream.server")
 
 UNAVAILABLE_RETRY_AFTER_S = 5
-# RequestError codes the engine uses for failures that are not the client's input.
-FAILURE_CODES = frozenset({"generation_error", "output_error", "reader_timeout"})
 
 
 class ErrorType(StrEnum):
@@ -70,8 +68,8 @@ def from_exception(exc: BaseException) -> ApiError:
     match exc:
         case ApiError():
             return exc
-        case RequestError() if exc.code in FAILURE_CODES:
-            return ApiError(500, exc.message, ErrorType.SERVER, exc.param, exc.code)
+        case RequestFailedError():
+            return ApiError(500, exc.message, ErrorType.SERVER, code=exc.code)
         case RequestError():
             return invalid(exc.message, exc.param, exc.code or "invalid_value")
         case EngineBusyError():

@@ -33,7 +33,7 @@ class EngineConfig:
     max_prefills_per_step: int = 8
     max_len: int = 2048  # KV positions per slot (prompt + frames)
     max_frames: int = 1500  # per request (120 s of audio)
-    text_width: int = 1024  # text tokens per request
+    text_width: int = 4608  # text tokens per request (4096 characters of any script fit)
     first_chunk_frames: int = 2
     chunk_frames: int = 8
     max_ahead_s: float = 8.0  # audio buffered ahead of a reader before its request is paused

@@ -34,6 +34,15 @@ class RequestError(ValueError):
         self.code = code
 
 
+class RequestFailedError(RuntimeError):
+    """A request that was valid failed while it was being generated or decoded; only it ends."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
 class EngineBusyError(RuntimeError):
     """The admission queue is full; retry later."""
 

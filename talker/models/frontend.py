@@ -13,7 +13,9 @@ from talker.models.qwen3_tts.config import CheckpointError, GenerationDefaults, 
 from talker.models.qwen3_tts.prompt import PromptIds, assistant_text, codec_prefix, instruct_text
 from talker.request import RequestError, SamplingParams, SpeechRequest
 
-OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse")
+OPENAI_VOICES = (
+    "alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse", "marin", "cedar",
+)
 MAX_INPUT_CHARS = 4096
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from output_builder.engine import Engine
 from talker.config import EngineConfig
-from talker.request import EngineDeadError, EngineState, FinishReason, RequestError, SpeechRequest
+from talker.request import EngineDeadError, EngineState, FinishReason, RequestFailedError, SpeechRequest
 from talker.scheduler import SeqStatus
 
 from .test_engine import TEXT, assert_idle, collect, wait_until
@@ -41,7 +41,7 @@ async def test_a_failed_step_fails_its_requests_and_the_engine_goes_on(engine: E
     engine.worker.fault_hook = fail_once(stage)
     victims = engine.submit_many([SpeechRequest(text=TEXT, seed=i) for i in range(2)])
     for v in victims:
-        with pytest.raises(RequestError, match=f"injected {stage} fault"):
+        with pytest.raises(RequestFailedError, match=f"injected {stage} fault"):
             await collect(v)
         assert v.finish_reason is FinishReason.ERROR
     survivor = engine.submit(SpeechRequest(text=TEXT, seed=5))
@@ -62,7 +62,7 @@ async def test_repeated_step_failures_mark_the_engine_dead(engine: Engine) -> No
         if engine.state is EngineState.DEAD:
             break
         stream = engine.submit(SpeechRequest(text=TEXT, seed=i))
-        with pytest.raises((RequestError, EngineDeadError)):
+        with pytest.raises((RequestFailedError, EngineDeadError)):
             await asyncio.wait_for(collect(stream), 10)
     await wait_until(lambda: engine.state is EngineState.DEAD)
     with pytest.raises(EngineDeadError, match="dead"):
@@ -73,7 +73,7 @@ async def test_a_codec_failure_fails_only_that_batch(engine: Engine) -> None:
     assert engine.pipeline is not None
     engine.pipeline.decoder.fault_hook = fail_once("codec")
     victim = engine.submit(SpeechRequest(text=TEXT, seed=1))
-    with pytest.raises(RequestError, match="audio decoding failed"):
+    with pytest.raises(RequestFailedError, match="audio decoding failed"):
         await collect(victim)
     survivor = engine.submit(SpeechRequest(text=TEXT, seed=2))
     assert (await collect(survivor)).size > 0
@@ -106,7 +106,7 @@ async def test_an_idle_reader_is_dropped_and_its_slot_freed(engine_config: Engin
     try:
         idle = e.submit(SpeechRequest(text=TEXT * 6, seed=1, max_frames=200))
         await wait_until(lambda: idle.done, timeout=5)
-        with pytest.raises(RequestError, match="stopped reading"):
+        with pytest.raises(RequestFailedError, match="stopped reading"):
             await collect(idle)
         await wait_until(lambda: e.stats()["slots_in_use"] == 0)
         assert_idle(e)
@@ -119,7 +119,7 @@ async def test_any_mix_of_cancels_and_failures_leaves_nothing_behind(engine: Eng
     engine.worker.fault_hook = fail_once("step")
     first = engine.submit_many([SpeechRequest(text=TEXT, seed=i) for i in range(3)])
     failed = await asyncio.gather(*(collect(s) for s in first), return_exceptions=True)
-    assert all(isinstance(r, RequestError) for r in failed)
+    assert all(isinstance(r, RequestFailedError) for r in failed)
     rest = [engine.submit(SpeechRequest(text=TEXT * 3, seed=10 + i)) for i in range(5)]
     rest[0].cancel()
     await rest[1].__anext__()
