@@ -23,7 +23,6 @@ class SlotKVCache:
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.max_len = max_len
         self._mode = "decode"
-        self._slot = 0
         self._slots: Tensor | None = None
         self._positions: Tensor | None = None
         self._mask: Tensor | None = None
@@ -36,9 +35,10 @@ class SlotKVCache:
     def bytes_per_slot(self) -> int:
         return self.nbytes // self.k.shape[1]
 
-    def for_prefill(self, slot: int) -> SlotKVCache:
-        """Next forward writes positions [0, T) of `slot` and attends causally within them."""
-        self._mode, self._slot = "prefill", slot
+    def for_prefill(self, slots: Tensor) -> SlotKVCache:
+        """Next forward writes positions [0, T) of each row's slot (rows right-padded to T) and attends causally
+        within them. Padding writes past a row's length are overwritten by its decode steps before they are read."""
+        self._mode, self._slots = "prefill", slots
         return self
 
     def for_decode(self, slots: Tensor, positions: Tensor, kv_len: int) -> SlotKVCache:
@@ -52,12 +52,13 @@ class SlotKVCache:
         return self
 
     def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        assert self._slots is not None
         if self._mode == "prefill":
             t = k.shape[2]
-            self.k[layer, self._slot, :, :t] = k[0]
-            self.v[layer, self._slot, :, :t] = v[0]
+            self.k[layer, self._slots, :, :t] = k
+            self.v[layer, self._slots, :, :t] = v
             return sdpa(q, k, v, causal=True)
-        assert self._slots is not None and self._positions is not None
+        assert self._positions is not None
         # k, v: [B, Hkv, 1, D] written at (slot, position) of each row
         kl, vl = self.k[layer], self.v[layer]
         kl[self._slots, :, self._positions] = k[:, :, 0]

@@ -14,7 +14,7 @@ from torch import Tensor
 from talker.kv_cache import DenseKVCache, SlotKVCache
 from talker.models.qwen3_tts.config import Qwen3TTSConfig
 from talker.models.qwen3_tts.model import Talker
-from talker.models.qwen3_tts.prompt import prompt_embeds, trailing_row
+from talker.models.qwen3_tts.prompt import prompt_embeds, trailing_text
 from talker.sampler import RowParams, apply_repetition_penalty, sample, step_uniforms
 from talker.scheduler import Seq, StepPlan
 
@@ -83,21 +83,32 @@ class Runner:
             x = self.next_embed[slots][:, None]
             kv = self.kv.for_decode(slots, positions, kv_len)
             rows.append(self.talker.backbone(x, positions[:, None], kv)[:, 0])
-        for seq in plan.prefill:
-            rows.append(self._prefill(seq))
+        if plan.prefill:
+            rows.append(self._prefill(plan.prefill))
         return rows[0] if len(rows) == 1 else torch.cat(rows, dim=0)
 
-    def _prefill(self, seq: Seq) -> Tensor:
-        emb = prompt_embeds(self.talker, self.cfg, seq.prompt, self.device)  # [T, H]
-        t = emb.shape[0]
-        seq.prefill_len = t
-        slot = seq.slot
-        self.text_ids[slot] = torch.tensor(trailing_row(self.cfg, seq.prompt, self.text_width), device=self.device)
-        self.lengths[slot] = t
+    def _prefill(self, seqs: list[Seq]) -> Tensor:
+        """All new requests of a step in one forward, right-padded to the longest prompt. -> last hidden [n, H]"""
+        embs = [prompt_embeds(self.talker, self.cfg, seq.prompt, self.device) for seq in seqs]  # [T_i, H]
+        lengths = [e.shape[0] for e in embs]
+        for seq, t, in zip(seqs, lengths, strict=True):
+            seq.prefill_len = t
+            self._reset_slot(seq)
+        slots = torch.tensor([s.slot for s in seqs], dtype=torch.long, device=self.device)
+        x = torch.nn.utils.rnn.pad_sequence(embs, batch_first=True)  # [n, T, H]
+        positions = torch.arange(x.shape[1], device=self.device).expand(len(seqs), -1)
+        hidden = self.talker.backbone(x, positions, self.kv.for_prefill(slots))
+        last = torch.tensor(lengths, device=self.device) - 1
+        return hidden[torch.arange(len(seqs), device=self.device), last]
+
+    def _reset_slot(self, seq: Seq) -> None:
+        slot, text = seq.slot, trailing_text(self.cfg, seq.prompt)
+        self.text_ids[slot].fill_(self.cfg.text.tts_pad)
+        if text:
+            self.text_ids[slot, : len(text)] = torch.tensor(text, device=self.device)
+        self.lengths[slot] = seq.prefill_len
         self.frames[slot] = 0
         self.seen[slot] = False
-        positions = torch.arange(t, device=self.device)[None]
-        return self.talker.backbone(emb[None], positions, self.kv.for_prefill(slot))[0, -1:]
 
     # 2. sample codebook 0, then the residual codebooks
     @torch.inference_mode()

@@ -92,8 +92,6 @@ def prompt_embeds(talker: Talker, cfg: Qwen3TTSConfig, ids: PromptIds, device: t
     return torch.cat(parts, dim=0)
 
 
-def trailing_row(cfg: Qwen3TTSConfig, ids: PromptIds, width: int) -> list[int]:
-    """Text token fed at frame f is row[min(f, width - 1)]: the trailing text and tts_eos (streaming text only),
-    then tts_pad."""
-    row = [*ids.trailing, cfg.text.tts_eos] if ids.streaming_text else []
-    return row + [cfg.text.tts_pad] * (width - len(row))
+def trailing_text(cfg: Qwen3TTSConfig, ids: PromptIds) -> list[int]:
+    """Text tokens fed at frames 0, 1, ...: the rest of the text and tts_eos (streaming text only); tts_pad after."""
+    return [*ids.trailing, cfg.text.tts_eos] if ids.streaming_text else []
