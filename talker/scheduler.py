@@ -87,8 +87,15 @@ class Scheduler:
         decode = self._plan.decode
         return StepPlan(decode, prefill, self.version, (*decode, *prefill), self._plan.kv_offset)
 
+    def advance(self, plan: StepPlan, step: int) -> None:
+        """After a step: new sequences join the decode batch; those whose last step this was finish."""
+        if plan.prefill:
+            self.commit(plan, step)
+        if step in self._deadlines:
+            self.expire(step)
+
     def commit(self, plan: StepPlan, step: int) -> None:
-        """After a step: prefilled sequences join the decode batch (appended, so row order is stable)."""
+        """Prefilled sequences join the decode batch (appended, so row order is stable)."""
         if plan.prefill:
             for seq in plan.prefill:
                 seq.join_step = step

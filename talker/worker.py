@@ -103,7 +103,8 @@ class TalkerWorker:
             self._drain(block=pending is None and not self.scheduler.has_work())
             if not self._running:
                 break
-            self._retire_resolved()
+            if self._unretired:
+                self._retire_resolved()
             if self.scheduler.has_work():
                 pending = self._run_step(pending, contiguous=not idle)
                 idle = False
@@ -170,8 +171,7 @@ class TalkerWorker:
             self._step_failed(plan, exc)
             return None
         self._failures = 0
-        self.scheduler.commit(plan, self._step)
-        self.scheduler.expire(self._step)
+        self.scheduler.advance(plan, self._step)
         host, fence, buf = self.device.to_host(codes)
         snap = StepSnapshot(self._step, plan.batch, host, fence, buffer=buf, timing=timing)
         self._unretired.append(snap)

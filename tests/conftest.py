@@ -3,6 +3,7 @@ same generator and loader as `--model tiny`."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,4 +28,5 @@ def tiny_dir(tiny_cache: Path) -> Path:
 
 @pytest.fixture
 def engine_config(tiny_cache: Path, tiny_dir: Path) -> Iterator[EngineConfig]:
-    yield EngineConfig(model="tiny", device="cpu", cache_dir=tiny_cache, max_batch=8, max_queue=8, warmup=False)
+    device = os.environ.get("TALKSTREAM_TEST_DEVICE", "cpu")  # scripts/gpu_check runs the engine tests on cuda
+    yield EngineConfig(model="tiny", device=device, cache_dir=tiny_cache, max_batch=8, max_queue=8, warmup=False)
