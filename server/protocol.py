@@ -41,6 +41,7 @@ class SamplingFields(_Strict):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_k: int | None = Field(default=None, ge=0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    repetition_penalty: float | None = Field(default=None, ge=0.5, le=2.0)
 
 
 class SpeechBody(SamplingFields):
@@ -50,6 +51,7 @@ class SpeechBody(SamplingFields):
     input: Text = Field(min_length=1, max_length=MAX_INPUT_CHARS)
     voice: Text | VoiceRef
     instructions: Text | None = Field(default=None, max_length=MAX_INPUT_CHARS)
+    language: Text | None = Field(default=None, description="auto (the default) or one of the model's languages")
     response_format: ResponseFormat = "mp3"
     speed: float = Field(default=1.0, ge=0.25, le=4.0)
     stream_format: Literal["audio", "sse"] = "audio"

@@ -199,7 +199,8 @@ class Session:
         self._check_voice(options.voice, "response.voice")
         cfg = self.config.model_copy(update=options.model_dump(exclude_none=True))
         request = SpeechRequest(text=text, voice=cfg.voice, language=cfg.language, instructions=cfg.instructions,
-                                seed=cfg.seed, temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
+                                seed=cfg.seed, temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
+                                repetition_penalty=cfg.repetition_penalty)
         try:
             stream = self.state.engine.submit(request)
         except Exception as exc:

@@ -144,8 +144,9 @@ def speech_request(state: ServerState, body: SpeechBody, fmt: AudioFormat) -> Sp
         resolve_output_rate(fmt, state.engine.sample_rate, body.sample_rate)
     except ValueError as exc:
         raise errors.invalid(str(exc), "sample_rate", "invalid_value") from None
-    return SpeechRequest(text=body.input, voice=body.voice_name, instructions=body.instructions, seed=body.seed,
-                         temperature=body.temperature, top_k=body.top_k, top_p=body.top_p)
+    return SpeechRequest(text=body.input, voice=body.voice_name, language=body.language,
+                         instructions=body.instructions, seed=body.seed, temperature=body.temperature,
+                         top_k=body.top_k, top_p=body.top_p, repetition_penalty=body.repetition_penalty)
 
 
 async def first_chunk(stream: AudioStream, request: Request) -> np.ndarray | None:
