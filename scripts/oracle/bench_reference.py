@@ -1,0 +1,130 @@
+"""One side of the side-by-side benchmark (scripts/bench_reference runs both, one after the other).
+
+    --side official    in the oracle environment: the official package as its users run it, one batched
+                       `generate_custom_voice` call for all requests (which decodes too); every request's audio exists
+                       when the call returns, so that is its time to first audio.
+    --side talkstream  in Talkstream's environment: the Engine in-process (async output mode), all requests
+                       submitted at once, each streamed; time to first audio is the first PCM chunk.
+    --report A B       combines the two sides' JSON into a table and one final JSON line.
+
+Both sides: the same tiny checkpoint, the same 16 requests (texts x voices), the checkpoint's default sampling
+(generation_config.json) with the same text mode (streaming text, as that config says), one warm-up request first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+TEXTS = [
+    "hello world this is a tiny test of the speech stream",
+    "the quick brown fox jumps over the lazy dog and then the dog jumps over the fox",
+    "we can talk about the water and the day when you come to see what people know",
+    "this voice will make some sound for each word that you write in the test",
+]
+VOICES = ["aria", "ben", "cleo", "dev"]
+REQUESTS = 16
+
+
+def workload() -> list[tuple[str, str]]:
+    return [(TEXTS[i % len(TEXTS)], VOICES[(i // len(TEXTS)) % len(VOICES)]) for i in range(REQUESTS)]
+
+
+def run_official(ckpt: Path, threads: int) -> dict[str, Any]:
+    import torch
+    from qwen_tts import Qwen3TTSModel
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    tts = Qwen3TTSModel.from_pretrained(str(ckpt), dtype=torch.float32)
+    tts.generate_custom_voice(text="hello", speaker="aria", non_streaming_mode=False)  # warm-up
+    texts, voices = zip(*workload(), strict=True)
+    t0 = time.perf_counter()
+    wavs, sr = tts.generate_custom_voice(text=list(texts), speaker=list(voices), language=["Auto"] * REQUESTS,
+                                         non_streaming_mode=False)
+    wall = time.perf_counter() - t0
+    audio = [len(w) / sr for w in wavs]
+    return summary("official qwen-tts 0.1.1", [wall] * REQUESTS, audio, wall)
+
+
+async def _talkstream(ckpt: Path, threads: int) -> dict[str, Any]:
+    from output_builder.engine import Engine
+    from talker.config import EngineConfig
+    from talker.request import SpeechRequest
+
+    engine = Engine(EngineConfig(model=str(ckpt), device="cpu", max_batch=REQUESTS, max_queue=REQUESTS,
+                                 torch_threads=threads))
+    await engine.start()  # includes a warm-up request
+    rate = engine.sample_rate
+    try:
+        t0 = time.perf_counter()
+        streams = engine.submit_many([SpeechRequest(text=t, voice=v, seed=i) for i, (t, v) in enumerate(workload())])
+
+        async def consume(stream: Any) -> tuple[float, int]:
+            first, samples = 0.0, 0
+            async for chunk in stream:
+                if samples == 0 and len(chunk):
+                    first = time.perf_counter() - t0
+                samples += len(chunk)
+            return first, samples
+
+        results = await asyncio.gather(*(consume(s) for s in streams))
+        wall = time.perf_counter() - t0
+    finally:
+        await engine.stop()
+    return summary("talkstream engine (async)", [r[0] for r in results], [r[1] / rate for r in results], wall)
+
+
+def summary(name: str, ttfa: list[float], audio: list[float], wall: float) -> dict[str, Any]:
+    return {
+        "side": name,
+        "requests": len(audio),
+        "ttfa_p50_s": statistics.median(ttfa),
+        "ttfa_max_s": max(ttfa),
+        "audio_s": sum(audio),
+        "wall_s": wall,
+        "audio_s_per_wall_s": sum(audio) / wall,
+    }
+
+
+def report(official: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+    rows = [("", "official", "talkstream")]
+    for key in ("requests", "ttfa_p50_s", "ttfa_max_s", "audio_s", "wall_s", "audio_s_per_wall_s"):
+        rows.append((key, f"{official[key]:.3f}", f"{ours[key]:.3f}"))
+    for row in rows:
+        print(f"{row[0]:<22}{row[1]:>12}{row[2]:>12}")
+    result = {
+        "workload": f"{REQUESTS} requests ({len(TEXTS)} texts x {len(VOICES)} voices), tiny checkpoint, cpu",
+        "official": official,
+        "talkstream": ours,
+        "throughput_ratio": ours["audio_s_per_wall_s"] / official["audio_s_per_wall_s"],
+        "ttfa_p50_ratio": official["ttfa_p50_s"] / ours["ttfa_p50_s"],
+    }
+    print(f"throughput ratio (talkstream / official): {result['throughput_ratio']:.1f}x (target >= 5x)")
+    print(f"TTFA p50 ratio (official / talkstream):   {result['ttfa_p50_ratio']:.1f}x (target >= 10x)")
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--side", choices=["official", "talkstream"])
+    ap.add_argument("--checkpoint", type=Path)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (official: intra-op; talkstream: per worker)")
+    ap.add_argument("--report", nargs=2, type=Path, metavar=("OFFICIAL_JSON", "TALKSTREAM_JSON"))
+    args = ap.parse_args()
+    if args.report:
+        official, ours = (json.loads(p.read_text().strip().splitlines()[-1]) for p in args.report)
+        print(json.dumps(report(official, ours)))
+    elif args.side == "official":
+        print(json.dumps(run_official(args.checkpoint, args.threads)))
+    else:
+        print(json.dumps(asyncio.run(_talkstream(args.checkpoint, args.threads))))
+
+
+if __name__ == "__main__":
+    main()
