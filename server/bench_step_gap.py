@@ -24,7 +24,7 @@ from output_builder.engine import Engine
 from output_builder.streams import AudioStream
 from talker.config import EngineConfig, OutputMode
 from talker.request import SpeechRequest
-from talker.snapshot import StepTiming, step_gaps_us
+from talker.snapshot import StepTiming, gpu_gaps_us, step_gaps_us
 
 TEXT = "hello world this is the talkstream step gap benchmark " * 15
 FRAME_S = 0.08
@@ -49,7 +49,12 @@ class ModeResult:
             "frames_per_s": round(self.frames / self.wall_s, 1),
             "audio_s_per_s": round(self.frames * FRAME_S / self.wall_s, 2),
             "steps": len(self.timings),
-        }
+        } | _gpu_summary(self.timings)
+
+
+def _gpu_summary(timings: list[StepTiming]) -> dict[str, float]:
+    gaps = gpu_gaps_us(timings)
+    return {"gpu_gap_us_p50": round(statistics.median(gaps), 1)} if gaps else {}
 
 
 def _spin(n: int) -> float:

@@ -6,7 +6,6 @@ is already complete. The worker thread calls `enter_thread()` once to bind its d
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -71,7 +70,6 @@ class DeviceLayer:
         self._ring_size = ring
         self._next = 0
         self._copy_stream: torch.cuda.Stream | None = None
-        self._lock = threading.Lock()
 
     def enter_thread(self) -> None:
         torch.set_num_threads(self.threads)
@@ -108,7 +106,8 @@ class DeviceLayer:
             event.record(self._copy_stream)
         return host, CudaFence(event), buf
 
-    def gpu_timer(self) -> torch.cuda.Event | None:
+    def gpu_mark(self) -> torch.cuda.Event | None:
+        """A timing event on the compute stream (CUDA only): the GPU-side step gap is measured between these."""
         if not self.is_cuda:
             return None
         event = torch.cuda.Event(enable_timing=True)

@@ -25,7 +25,8 @@ class StepTiming:
     published: float = 0.0
     batch: int = 0
     contiguous: bool = True  # False when the worker sat idle before this step
-    gpu_gap_ms: float | None = None
+    gpu_forward_start: Any = None  # CUDA events (None on CPU)
+    gpu_sample_end: Any = None
 
 
 @dataclass(slots=True, eq=False)
@@ -66,6 +67,17 @@ class TimingRing:
 
     def clear(self) -> None:
         self.items.clear()
+
+
+def gpu_gaps_us(timings: list[StepTiming]) -> list[float]:
+    """GPU-side gaps (CUDA events) between consecutive steps; synchronizes, so call it after a run."""
+    gaps = []
+    for prev, cur in itertools.pairwise(timings):
+        if cur.contiguous and cur.step == prev.step + 1 and prev.gpu_sample_end is not None \
+                and cur.gpu_forward_start is not None:
+            cur.gpu_forward_start.synchronize()
+            gaps.append(prev.gpu_sample_end.elapsed_time(cur.gpu_forward_start) * 1e3)
+    return gaps
 
 
 def step_gaps_us(timings: list[StepTiming]) -> list[float]:

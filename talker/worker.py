@@ -184,11 +184,13 @@ class TalkerWorker:
         if self.fault_hook is not None:
             self.fault_hook("step", plan.batch)
         timing.forward_start = time.perf_counter()
+        timing.gpu_forward_start = self.device.gpu_mark()
         hidden = self.runner.forward(plan, self._step)
         timing.forward_end = time.perf_counter()
         if self.fault_hook is not None:
             self.fault_hook("code_predictor", plan.batch)
         codes = self.runner.sample(plan, hidden)
+        timing.gpu_sample_end = self.device.gpu_mark()
         timing.sample_end = time.perf_counter()
         return codes
 
