@@ -82,7 +82,7 @@ class Runner:
             kv_len = plan.kv_offset + step
             x = self.next_embed[slots][:, None]
             kv = self.kv.for_decode(slots, positions, kv_len)
-            rows.append(self.talker.backbone(x, positions[:, None], kv)[:, 0])
+            rows.append(self.talker.backbone(x, positions[:, None], kv, kv_len - 1)[:, 0])
         if plan.prefill:
             rows.append(self._prefill(plan.prefill))
         return rows[0] if len(rows) == 1 else torch.cat(rows, dim=0)
@@ -97,7 +97,7 @@ class Runner:
         slots = torch.tensor([s.slot for s in seqs], dtype=torch.long, device=self.device)
         x = torch.nn.utils.rnn.pad_sequence(embs, batch_first=True)  # [n, T, H]
         positions = torch.arange(x.shape[1], device=self.device).expand(len(seqs), -1)
-        hidden = self.talker.backbone(x, positions, self.kv.for_prefill(slots))
+        hidden = self.talker.backbone(x, positions, self.kv.for_prefill(slots), x.shape[1] - 1)
         last = torch.tensor(lengths, device=self.device) - 1
         return hidden[torch.arange(len(seqs), device=self.device), last]
 

@@ -31,6 +31,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)  # one kernel instead of six
         dtype = x.dtype
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -39,24 +41,27 @@ class RMSNorm(nn.Module):
 
 class Rotary(nn.Module):
     """Plain RoPE. Qwen3-TTS's interleaved multimodal RoPE reduces to this for text-only positions
-    (all three position rows are equal). Frequencies stay float32 whatever the model dtype."""
+    (all three position rows are equal). cos/sin come from a float32 table indexed by position."""
 
     def __init__(self, head_dim: int, theta: float) -> None:
         super().__init__()
         self.head_dim, self.theta = head_dim, theta
-        self._inv_freq: Tensor | None = None
+        self._table: tuple[Tensor, Tensor] | None = None
 
-    def inv_freq(self, device: torch.device) -> Tensor:
-        if self._inv_freq is None or self._inv_freq.device != device:
+    def _tables(self, n: int, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        cached = self._table
+        if cached is None or cached[0].shape[0] < n or cached[0].device != device or cached[0].dtype != dtype:
+            size = max(n, 4096 if cached is None else 2 * cached[0].shape[0])
             exponents = torch.arange(0, self.head_dim, 2, dtype=torch.int64, device=device).float() / self.head_dim
-            self._inv_freq = 1.0 / (self.theta**exponents)
-        return self._inv_freq
+            freqs = torch.arange(size, device=device).float()[:, None] / (self.theta**exponents)
+            emb = torch.cat((freqs, freqs), dim=-1)  # [P, D]
+            self._table = cached = (emb.cos().to(dtype), emb.sin().to(dtype))
+        return cached
 
-    def forward(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    def forward(self, positions: Tensor, dtype: torch.dtype, max_position: int) -> tuple[Tensor, Tensor]:
         # positions: [B, T] -> cos, sin: [B, 1, T, D]
-        freqs = positions.float().unsqueeze(-1) * self.inv_freq(positions.device)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(dtype).unsqueeze(1), emb.sin().to(dtype).unsqueeze(1)
+        cos, sin = self._tables(max_position + 1, positions.device, dtype)
+        return cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
 
 
 def _rotate_half(x: Tensor) -> Tensor:
@@ -123,9 +128,9 @@ class DecoderStack(nn.Module):
         self.norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.rotary = Rotary(arch.head_dim, arch.rope_theta)
 
-    def run(self, x: Tensor, positions: Tensor, kv: KVStore) -> Tensor:
-        # x: [B, T, H], positions: [B, T] -> [B, T, H]
-        cos, sin = self.rotary(positions, x.dtype)
+    def run(self, x: Tensor, positions: Tensor, kv: KVStore, max_position: int) -> Tensor:
+        # x: [B, T, H], positions: [B, T] (host-known upper bound max_position) -> [B, T, H]
+        cos, sin = self.rotary(positions, x.dtype, max_position)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, kv, i)
         return self.norm(x)
@@ -133,8 +138,4 @@ class DecoderStack(nn.Module):
 
 def sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
     # q: [B, Hq, T, D], k/v: [B, Hkv, S, D]
-    groups = q.shape[1] // k.shape[1]
-    if groups > 1:
-        k = k.repeat_interleave(groups, dim=1)
-        v = v.repeat_interleave(groups, dim=1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=True)

@@ -57,7 +57,7 @@ class CodePredictor(nn.Module):
         # x: [B, T, H_talker] -> last hidden [B, H_pred]
         b, t, _ = x.shape
         positions = torch.arange(start, start + t, device=x.device).expand(b, t)
-        return self.model.run(self.small_to_mtp_projection(x), positions, kv)[:, -1]
+        return self.model.run(self.small_to_mtp_projection(x), positions, kv, start + t - 1)[:, -1]
 
 
 class Talker(nn.Module):
@@ -76,9 +76,9 @@ class Talker(nn.Module):
     def embed_codec(self, ids: Tensor) -> Tensor:
         return self.model.codec_embedding(ids)
 
-    def backbone(self, x: Tensor, positions: Tensor, kv: KVStore) -> Tensor:
+    def backbone(self, x: Tensor, positions: Tensor, kv: KVStore, max_position: int) -> Tensor:
         # x: [B, T, H], positions: [B, T] -> hidden [B, T, H]
-        return self.model.run(x, positions, kv)
+        return self.model.run(x, positions, kv, max_position)
 
 
 class Qwen3TTSModel(nn.Module):
