@@ -26,6 +26,11 @@ from talker.snapshot import StepSnapshot
 
 log = logging.getLogger("talkstream.output")
 FaultHook = Callable[[str, list[ChunkJob]], None]
+STOP_TIMEOUT_S = 5.0
+
+
+class CodecTimeoutError(CodecProcessError):
+    """A codec decode call took longer than `codec_timeout_s`: the codec worker is hung."""
 
 
 class DecodeBackend(Protocol):
@@ -56,11 +61,16 @@ class ChunkDecoder:
     def __init__(self, backend: DecodeBackend) -> None:
         self.backend = backend
         self.fault_hook: FaultHook | None = None  # test-only fault injection
+        self.open_streams: set[int] = set()  # stream ids with codec state (a leak shows here)
 
     def decode(self, jobs: list[ChunkJob]) -> list[np.ndarray | None]:
         if self.fault_hook is not None:
             self.fault_hook("codec", jobs)
         live = [j for j in jobs if j.codes is not None and not j.out.stream.done]
+        for j in live:
+            self.open_streams.add(j.out.stream_id)
+            if j.out.released:  # released on the loop meanwhile
+                self.open_streams.discard(j.out.stream_id)
         pcm = self.backend.decode([(j.out.stream_id, j.codes) for j in live]) if live else []  # type: ignore[misc]
         by_job = {id(j): a for j, a in zip(live, pcm, strict=True)}
         return [by_job.get(id(j)) for j in jobs]
@@ -68,6 +78,7 @@ class ChunkDecoder:
     def release(self, out: RequestOutput) -> None:
         if not out.released:
             out.released = True
+            self.open_streams.discard(out.stream_id)
             self.backend.close_stream(out.stream_id)
 
 
@@ -136,9 +147,10 @@ class AsyncBridge:
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, pipeline: OutputPipeline, codec_pool: ThreadPoolExecutor,
-        on_abort: Callable[[str], None], poll_s: float = 0.002, idle_polls: int = 50,
+        on_abort: Callable[[str], None], poll_s: float = 0.002, idle_polls: int = 50, codec_timeout_s: float = 30.0,
     ) -> None:
         self.loop, self.pipeline, self.pool, self.on_abort = loop, pipeline, codec_pool, on_abort
+        self.codec_timeout_s = codec_timeout_s
         self.poll_s, self.idle_polls = poll_s, idle_polls
         self._ready: deque[StepSnapshot | None] = deque()
         self._parked = True
@@ -158,8 +170,11 @@ class AsyncBridge:
         self._ready.append(None)
         self._parked = False
         self._wakeup.set()
-        if self._task is not None:
-            await self._task
+        if self._task is not None:  # a consumer stuck behind a hung codec call is cancelled
+            done, _ = await asyncio.wait({self._task}, timeout=STOP_TIMEOUT_S)
+            if not done:
+                self._task.cancel()
+                await asyncio.gather(self._task, return_exceptions=True)
 
     @property
     def backlog(self) -> int:
@@ -199,13 +214,21 @@ class AsyncBridge:
             return
         self.pipeline.jobs_in_flight += len(jobs)
         try:
-            pcm = await self.loop.run_in_executor(self.pool, self.pipeline.decoder.decode, jobs)
+            pcm = await self._decode(jobs)
         except Exception as exc:
             self.pipeline.fail_jobs(jobs, exc, self.on_abort)
         else:
             self.pipeline.deliver(jobs, pcm)
         finally:
             self.pipeline.jobs_in_flight -= len(jobs)
+
+
+    async def _decode(self, jobs: list[ChunkJob]) -> list[np.ndarray | None]:
+        call = self.loop.run_in_executor(self.pool, self.pipeline.decoder.decode, jobs)
+        try:
+            return await asyncio.wait_for(call, self.codec_timeout_s)
+        except TimeoutError:
+            raise CodecTimeoutError(f"the codec decode took longer than {self.codec_timeout_s:g} s") from None
 
 
 class SyncBridge:

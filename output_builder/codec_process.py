@@ -42,15 +42,17 @@ def decode_batch(codec: object, states: dict[int, object], req: DecodeRequest) -
     """The one decode routine, shared by the child process and the in-process (sync mode) path."""
     import torch
 
-    for sid in req.closed:
-        states.pop(sid, None)
-    pairs = []
-    for sid, codes in req.jobs:
-        if sid not in states:
-            states[sid] = codec.open_stream()  # type: ignore[attr-defined]
-        pairs.append((states[sid], torch.from_numpy(np.ascontiguousarray(codes)).long()))
-    waves = codec.decode_streams(pairs)  # type: ignore[attr-defined]
-    return [to_pcm16(w.numpy()) for w in waves]
+    try:
+        pairs = []
+        for sid, codes in req.jobs:
+            if sid not in states:
+                states[sid] = codec.open_stream()  # type: ignore[attr-defined]
+            pairs.append((states[sid], torch.from_numpy(np.ascontiguousarray(codes)).long()))
+        waves = codec.decode_streams(pairs)  # type: ignore[attr-defined]
+        return [to_pcm16(w.numpy()) for w in waves]
+    finally:  # after the jobs: a stream closed while its last job was on the way is not reopened for good
+        for sid in req.closed:
+            states.pop(sid, None)
 
 
 def _serve(conn: Connection, path: str, device: str, threads: int) -> None:

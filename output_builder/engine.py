@@ -75,7 +75,8 @@ class Engine:
         backend = loaded.codec_process or InProcessCodec(loaded.codec)  # type: ignore[arg-type]
         self.pipeline = OutputPipeline(ChunkDecoder(backend), self._mark_dead)
         if cfg.output_mode is OutputMode.ASYNC:
-            self._bridge = AsyncBridge(self._loop, self.pipeline, self._codec_pool, self._abort)
+            self._bridge = AsyncBridge(self._loop, self.pipeline, self._codec_pool, self._abort,
+                                       codec_timeout_s=cfg.codec_timeout_s)
         else:
             self._bridge = SyncBridge(self._loop, self.pipeline, self._abort)
         t = loaded.talker.cfg.talker
@@ -139,8 +140,8 @@ class Engine:
             await asyncio.to_thread(self.worker.join, 10.0)
         if self._bridge is not None:
             await self._bridge.stop()
-        if self._codec_pool is not None:
-            self._codec_pool.shutdown(wait=True)
+        if self._codec_pool is not None:  # a dead engine's codec thread may be hung: do not wait for it
+            self._codec_pool.shutdown(wait=self.state is not EngineState.DEAD)
         if self._loaded is not None and self._loaded.codec_process is not None:
             await asyncio.to_thread(self._loaded.codec_process.stop)
         self.state = EngineState.STOPPED if self.state is not EngineState.DEAD else EngineState.DEAD
@@ -263,4 +264,5 @@ class Engine:
             "queued_requests": len(sched.waiting) if sched else 0,
             "codec_jobs_in_flight": self.pipeline.jobs_in_flight if self.pipeline else 0,
             "snapshot_backlog": self._bridge.backlog if self._bridge else 0,
+            "codec_streams": len(self.pipeline.decoder.open_streams) if self.pipeline else 0,
         }

@@ -18,7 +18,8 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
 _STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0)
 _GAP_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2)
-_ENGINE_GAUGES = ("active_requests", "queued_requests", "slots_in_use", "codec_jobs_in_flight", "snapshot_backlog")
+_ENGINE_GAUGES = ("active_requests", "queued_requests", "slots_in_use", "codec_jobs_in_flight", "snapshot_backlog",
+                  "codec_streams")
 
 
 class Metrics:
@@ -40,6 +41,11 @@ class Metrics:
         self.engine = {name: Gauge(f"talkstream_{name}", name.replace("_", " "), registry=r)
                        for name in _ENGINE_GAUGES}
         self.open_encoders = Gauge("talkstream_open_encoders", "Format encoders not yet closed", registry=r)
+        self.open_responses = Gauge("talkstream_open_responses", "Responses whose handler holds an engine stream",
+                                    ["protocol"], registry=r)
+        self.sessions = Gauge("talkstream_realtime_sessions", "Open Realtime WebSocket sessions", registry=r)
+        for protocol in ("http", "ws"):
+            self.open_responses.labels(protocol).set(0)
         self.ready = Gauge("talkstream_engine_ready", "1 when the engine accepts requests", registry=r)
         self._last_step = -1
 

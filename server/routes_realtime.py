@@ -96,6 +96,7 @@ class Session:
     # Transport --------------------------------------------------------------------------------------
     async def run(self) -> None:
         await self.send(SessionEvent(type="session.created", event_id=self._eid(), session=self._session()))
+        self.state.metrics.sessions.inc()
         try:
             while True:
                 message = await self.ws.receive()
@@ -103,6 +104,7 @@ class Session:
                     break
                 await self.handle(message.get("text"))
         finally:
+            self.state.metrics.sessions.dec()
             await self._abandon()
 
     async def send(self, event: ServerEvent) -> bool:
@@ -209,6 +211,9 @@ class Session:
         created = RealtimeResponse(id=active.id, status=ResponseStatus.IN_PROGRESS)
         await self.send(ResponseEvent(type="response.created", event_id=self._eid(), response=created))
         active.task = asyncio.create_task(self._stream(active), name=f"realtime-{active.id}")
+        open_responses = self.state.metrics.open_responses.labels(PROTOCOL)
+        open_responses.inc()
+        active.task.add_done_callback(lambda _: open_responses.dec())  # also when cancelled before it ran
 
     async def _stream(self, active: ActiveResponse) -> None:
         stream = active.stream

@@ -5,19 +5,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
-from starlette.types import Send
+from starlette.types import Receive, Scope, Send
 
 from output_builder.encoders import CONTENT_TYPES, AudioFormat, resolve_output_rate
 from output_builder.streams import AudioStream
 from server import errors
+from server.http_protocol import abort_of
 from server.protocol import (
     ErrorEnvelope,
     SpeechAudioDelta,
@@ -35,6 +36,7 @@ log = logging.getLogger("talkstream.speech")
 router = APIRouter()
 
 DISCONNECT_POLL_S = 0.25
+STALL_GRACE_S = 1.0  # a failed stream whose body has not ended this long after is stuck in a send
 CLIENT_CLOSED = 499  # nginx's status for a client that went away before the response
 PROTOCOL = "http"
 
@@ -48,16 +50,49 @@ _AUDIO: dict[int | str, dict[str, Any]] = {200: {
 
 
 class AudioResponse(StreamingResponse):
-    """A streaming response that always closes its body generator, whatever ends the response (a disconnect
-    seen by `send` instead of a cancellation included)."""
+    """A streaming response that always closes its body generator and releases its request, whatever ends the
+    response (a disconnect seen by `send` instead of a cancellation included). If the engine fails the request
+    while a send is blocked (a reader that stopped reading was dropped), the send is abandoned and the
+    connection aborted."""
 
-    def __init__(self, body: AsyncGenerator[bytes | str, None], **kwargs: Any) -> None:
+    def __init__(self, body: AsyncGenerator[bytes | str, None], speech: Speech, **kwargs: Any) -> None:
         super().__init__(body, **kwargs)
-        self._body = body
+        self._body, self._speech = body, speech
+        self._abort: Any = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._abort = abort_of(scope)
+        await super().__call__(scope, receive, send)
 
     async def stream_response(self, send: Send) -> None:
-        async with aclosing(self._body):
-            await super().stream_response(send)
+        try:
+            async with aclosing(self._body):
+                await self._unless_stalled(super().stream_response(send))
+        finally:
+            self._speech.close()
+
+    async def _unless_stalled(self, sending: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(sending)
+        failed_at: float | None = None
+        try:
+            while not (await asyncio.wait({task}, timeout=DISCONNECT_POLL_S))[0]:
+                if self._speech.stream.error is None:
+                    continue
+                now = asyncio.get_running_loop().time()
+                failed_at = failed_at or now
+                if now - failed_at >= STALL_GRACE_S:
+                    break
+            else:
+                return task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        log.warning("aborting the connection of %s: its stream failed while a send was blocked",
+                    self._speech.stream.request_id)
+        if self._abort is not None:
+            self._abort()
+        raise StreamAbortedError("the stream failed while its reader was not reading")
 
 
 @dataclass
@@ -68,6 +103,10 @@ class Speech:
     stream: AudioStream
     out: AsyncTranscoder
     speed: float
+    closed: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self.state.metrics.open_responses.labels(PROTOCOL).inc()
 
     async def next_pcm(self) -> np.ndarray | None:
         try:
@@ -104,7 +143,13 @@ class Speech:
         return err
 
     def close(self) -> None:
+        """Idempotent: cancels the request if it is still running, closes the encoder, counts the outcome."""
+        if self.closed:
+            return
+        self.closed = True
+        self.stream.cancel()
         self.out.close()
+        self.state.metrics.open_responses.labels(PROTOCOL).dec()
         reason = self.stream.finish_reason or FinishReason.CANCELLED
         self.state.metrics.finished(PROTOCOL, reason.value, self.stream.usage.audio_seconds)
 
@@ -132,9 +177,9 @@ async def create_speech(body: SpeechBody, request: Request) -> Response:
     state.metrics.first_audio(PROTOCOL, stream.time_to_first_audio)
     headers = {"X-Request-Id": req.request_id, "Cache-Control": "no-cache"}
     if body.stream_format == StreamFormat.SSE:
-        return AudioResponse(sse_body(speech, first), media_type="text/event-stream",
+        return AudioResponse(sse_body(speech, first), speech, media_type="text/event-stream",
                              headers={**headers, "X-Accel-Buffering": "no"})
-    return AudioResponse(audio_body(speech, first), media_type=CONTENT_TYPES[fmt], headers=headers)
+    return AudioResponse(audio_body(speech, first), speech, media_type=CONTENT_TYPES[fmt], headers=headers)
 
 
 def speech_request(state: ServerState, body: SpeechBody, fmt: AudioFormat) -> SpeechRequest:

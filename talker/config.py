@@ -38,6 +38,7 @@ class EngineConfig:
     chunk_frames: int = 8
     max_ahead_s: float = 8.0  # audio buffered ahead of a reader before its request is paused
     reader_timeout_s: float = 30.0  # a reader that reads nothing for this long while audio waits is dropped
+    codec_timeout_s: float = 30.0  # a codec decode call that takes longer fails its requests and kills the engine
     torch_threads: int = 1  # per worker thread
     cache_dir: Path = field(default_factory=default_cache_dir)
     warmup: bool = True
@@ -51,8 +52,8 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1")
         if self.max_queue < 0:
             raise ValueError("max_queue must be >= 0")
-        if self.max_ahead_s <= 0 or self.reader_timeout_s <= 0:
-            raise ValueError("max_ahead_s and reader_timeout_s must be > 0")
+        if self.max_ahead_s <= 0 or self.reader_timeout_s <= 0 or self.codec_timeout_s <= 0:
+            raise ValueError("max_ahead_s, reader_timeout_s and codec_timeout_s must be > 0")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise ValueError(f"device must be auto, cpu or cuda[:N], not {self.device!r}")
         if self.model != "tiny" and not Path(self.model).is_dir():
