@@ -52,6 +52,9 @@ class RowParams:
     seeds: Tensor  # [B] int64
     kmax: int  # candidates kept per row: max(top_k)
     all_greedy: bool
+    any_greedy: bool = True
+    uniform_k: bool = False  # every row keeps kmax candidates: no per-row top-k mask needed
+    any_top_p: bool = True  # some row has top_p < 1
 
     @classmethod
     def stack(
@@ -68,6 +71,9 @@ class RowParams:
             seeds=torch.tensor(seeds, dtype=torch.long, device=device),
             kmax=max(ks) if ks else 1,
             all_greedy=all(greedy),
+            any_greedy=any(greedy),
+            uniform_k=len(set(ks)) <= 1,
+            any_top_p=any(q < 1.0 for q in top_p),
         )
 
 
@@ -86,22 +92,24 @@ def top_candidates(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
 
 def sample(logits: Tensor, p: RowParams, u: Tensor) -> Tensor:
     """logits: [B, V] float32, u: [B] uniforms -> tokens: [B] int64."""
-    best = logits.max(dim=-1).indices
     if p.all_greedy:
-        return best
+        return logits.max(dim=-1).indices
     # 1. top-k candidates, scaled by temperature: [B, K]
     values, ids = top_candidates(logits, p.kmax)
-    rank = torch.arange(p.kmax, device=logits.device)
-    values = (values / p.temperature).masked_fill(rank[None, :] >= p.top_k[:, None], float("-inf"))
+    values = values / p.temperature
+    if not p.uniform_k:
+        rank = torch.arange(p.kmax, device=logits.device)
+        values = values.masked_fill(rank[None, :] >= p.top_k[:, None], float("-inf"))
     probs = values.softmax(dim=-1)
-    # 2. top-p: keep a candidate while the mass before it is below p (the first one always stays)
     cdf = probs.cumsum(dim=-1)
-    probs = probs.masked_fill(cdf - probs >= p.top_p, 0.0)
-    cdf = probs.cumsum(dim=-1)
+    if p.any_top_p:
+        # 2. top-p: keep a candidate while the mass before it is below p (the first one always stays)
+        probs = probs.masked_fill(cdf - probs >= p.top_p, 0.0)
+        cdf = probs.cumsum(dim=-1)
     # 3. inverse CDF with the row's uniform
     pick = (cdf < u[:, None] * cdf[:, -1:]).sum(dim=-1, keepdim=True).clamp(max=p.kmax - 1)
     chosen = ids.gather(1, pick)[:, 0]
-    return torch.where(p.greedy, best, chosen)
+    return torch.where(p.greedy, logits.max(dim=-1).indices, chosen) if p.any_greedy else chosen
 
 
 def apply_repetition_penalty(logits: Tensor, seen: Tensor, penalty: Tensor) -> Tensor:

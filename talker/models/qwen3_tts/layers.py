@@ -131,6 +131,9 @@ class DecoderStack(nn.Module):
     def run(self, x: Tensor, positions: Tensor, kv: KVStore, max_position: int) -> Tensor:
         # x: [B, T, H], positions: [B, T] (host-known upper bound max_position) -> [B, T, H]
         cos, sin = self.rotary(positions, x.dtype, max_position)
+        return self.run_rope(x, cos, sin, kv)
+
+    def run_rope(self, x: Tensor, cos: Tensor, sin: Tensor, kv: KVStore) -> Tensor:
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, kv, i)
         return self.norm(x)
