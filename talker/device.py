@@ -46,11 +46,15 @@ class CudaFence:
 
 
 def resolve_device(name: str) -> torch.device:
+    """auto | cpu | cuda | cuda:N -> a device; CUDA devices always carry their index (set_device needs one)."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError("--device cuda was asked for, but torch sees no CUDA device")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 @dataclass(slots=True)
