@@ -27,10 +27,13 @@ def speech(**fields: Any) -> dict[str, Any]:
             **fields}
 
 
-def raw_request(url: str, payload: dict[str, Any]) -> socket.socket:
+def raw_request(url: str, payload: dict[str, Any], rcvbuf: int | None = None) -> socket.socket:
     """An HTTP request over a bare socket, so the test decides exactly how the connection ends."""
     host, port = url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)))
+    sock = socket.socket()
+    if rcvbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.connect((host, int(port)))
     data = json.dumps(payload).encode()
     sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
