@@ -34,7 +34,7 @@ class EngineConfig:
     max_len: int = 2048  # KV positions per slot (prompt + frames)
     max_frames: int = 1500  # per request (120 s of audio)
     text_width: int = 4608  # text tokens per request (4096 characters of any script fit)
-    first_chunk_frames: int = 2
+    first_chunk_frames: int = 1  # 80 ms of audio: the first chunk leaves after one step
     chunk_frames: int = 8
     max_ahead_s: float = 8.0  # audio buffered ahead of a reader before its request is paused
     reader_timeout_s: float = 30.0  # a reader that reads nothing for this long while audio waits is dropped
