@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 
 from output_builder.engine import Engine
 from server import errors, routes_realtime, routes_speech
+from server.limits import BodyLimit
 from server.metrics import CONTENT_TYPE, Metrics
 from server.protocol import Health, ModelCard, ModelList, VoiceCard, VoiceList
 from server.state import ServerState, authorize, server_state, state_of
@@ -22,17 +25,29 @@ from talker.config import EngineConfig
 from talker.request import EngineState
 
 log = logging.getLogger("talkstream.server")
+DEAD_POLL_S = 0.5
+DEAD_GRACE_S = 2.0  # lets the failed requests' clients get their errors before the process exits
+EXIT_DEAD = 3
 
 
 def create_app(
     config: EngineConfig, api_key: str | None = None, *, shutdown_timeout: float = 10.0, encode_threads: int = 4,
+    exit_on_dead: bool = False, cors_origins: list[str] | None = None, log_input: bool = False,
 ) -> FastAPI:
-    """The Talkstream app. The engine loads in the background, so `/health` answers 503 until it is ready."""
+    """The Talkstream app. The engine loads in the background, so `/health` answers 503 until it is ready.
+
+    `exit_on_dead` (set by `talkstream serve`, never by in-process test servers): once the engine is dead the
+    process exits with status 3 after a short grace period, so a supervisor restarts it.
+    """
     state = ServerState(Engine(config), Metrics(), ThreadPoolExecutor(encode_threads, "encoder"),
-                        api_key or None, shutdown_timeout)
+                        api_key or None, shutdown_timeout, log_input=log_input, exit_on_dead=exit_on_dead)
     app = FastAPI(title="Talkstream", version="0.1.0", lifespan=_lifespan,
                   description="Streaming text-to-speech, compatible with OpenAI's speech and Realtime APIs.")
     app.state.talkstream = state
+    app.add_middleware(BodyLimit)
+    if cors_origins:  # off unless configured
+        app.add_middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"])
     errors.install(app, lambda err: state.metrics.error(err.detail.type, err.detail.code))
     app.include_router(_public_router())
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
@@ -48,10 +63,23 @@ def create_app(
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state = state_of(app)
     state.start_task = asyncio.create_task(_start_engine(state), name="engine-start")
+    watchdog = asyncio.create_task(_exit_when_dead(state), name="dead-watchdog") if state.exit_on_dead else None
     try:
         yield
     finally:
+        if watchdog is not None:
+            watchdog.cancel()
         await _stop_engine(state)
+
+
+async def _exit_when_dead(state: ServerState) -> None:
+    while state.start_task is None or not state.start_task.done() or state.status != EngineState.DEAD.value:
+        await asyncio.sleep(DEAD_POLL_S)
+    log.critical("the engine is dead (%s); exiting in %.0f s so a supervisor can restart the server",
+                 state.start_error or state.engine.dead_reason, DEAD_GRACE_S)
+    await asyncio.sleep(DEAD_GRACE_S)
+    logging.shutdown()
+    os._exit(EXIT_DEAD)  # threads may be hung (that can be why it died): do not wait for them
 
 
 async def _start_engine(state: ServerState) -> None:

@@ -8,6 +8,7 @@ import importlib
 import logging
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -31,6 +32,10 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (or TALKSTREAM_API_KEY)")
     serve.add_argument("--shutdown-timeout", type=float, default=10.0, help="seconds to let streams finish on exit")
     serve.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    serve.add_argument("--cors-origins", default=None, help="comma-separated allowed origins (CORS is off without)")
+    serve.add_argument("--log-input", action="store_true", help="log request input text (off by default)")
+    serve.add_argument("--codec-timeout", type=float, default=None,
+                       help="seconds a codec decode may take before the engine is marked dead (default 30)")
 
     say = sub.add_parser("say", help="synthesize TEXT into a file, streaming")
     say.add_argument("text")
@@ -93,11 +98,16 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import create_app
+    from server.http_protocol import AbortableHttpProtocol
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(engine_config(args), args.api_key or api_key_from_env(),
-                     shutdown_timeout=args.shutdown_timeout)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+    origins = [o.strip() for o in args.cors_origins.split(",") if o.strip()] if args.cors_origins else None
+    config = engine_config(args)
+    if args.codec_timeout is not None:
+        config = replace(config, codec_timeout_s=args.codec_timeout).validate()
+    app = create_app(config, args.api_key or api_key_from_env(), shutdown_timeout=args.shutdown_timeout,
+                     exit_on_dead=True, cors_origins=origins, log_input=args.log_input)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, http=AbortableHttpProtocol,
                 timeout_graceful_shutdown=max(1, round(args.shutdown_timeout)))
     return 0
 

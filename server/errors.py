@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Any
@@ -18,6 +19,7 @@ from talker.request import EngineBusyError, EngineDeadError, RequestError, Reque
 log = logging.getLogger("talkstream.server")
 
 UNAVAILABLE_RETRY_AFTER_S = 5
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.\-]+){2,}")  # a file system path inside an exception's text
 
 
 class ErrorType(StrEnum):
@@ -69,7 +71,7 @@ def from_exception(exc: BaseException) -> ApiError:
         case ApiError():
             return exc
         case RequestFailedError():
-            return ApiError(500, exc.message, ErrorType.SERVER, code=exc.code)
+            return ApiError(500, public(exc.message), ErrorType.SERVER, code=exc.code)
         case RequestError():
             return invalid(exc.message, exc.param, exc.code or "invalid_value")
         case EngineBusyError():
@@ -78,6 +80,11 @@ def from_exception(exc: BaseException) -> ApiError:
             return unavailable(str(exc))
         case _:
             return ApiError(500, "internal error while generating speech", ErrorType.SERVER, code="internal_error")
+
+
+def public(message: str) -> str:
+    """A failure's message without internal paths or a traceback (it may quote an internal exception)."""
+    return _PATH.sub("<path>", message.split("Traceback", 1)[0]).strip()[:500] or "internal error"
 
 
 def from_validation(errors: Sequence[Any]) -> ApiError:
@@ -127,7 +134,7 @@ def install(app: FastAPI, on_error: Callable[[ApiError], None]) -> None:
         log.exception("unhandled error in %s %s", request.method, request.url.path, exc_info=exc)
         return respond(from_exception(exc))
 
-    for known in (ApiError, RequestError, EngineBusyError, EngineDeadError):
+    for known in (ApiError, RequestError, RequestFailedError, EngineBusyError, EngineDeadError):
         app.add_exception_handler(known, api_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)

@@ -50,6 +50,9 @@ from talker.request import FinishReason, SpeechRequest
 log = logging.getLogger("talkstream.realtime")
 router = APIRouter()
 PROTOCOL = "ws"
+MAX_EVENT_CHARS = 64 * 1024  # one event; 4096 characters of text fit many times over
+MAX_BUFFER_CHARS = 4096  # the input text buffer and pending items, as for `input` over HTTP
+MAX_RESPONSES_PER_SESSION = 1000
 _events: TypeAdapter[ClientEvent] = TypeAdapter(ClientEvent)
 
 
@@ -91,6 +94,7 @@ class Session:
         self.pending_items: list[str] = []
         self.active: ActiveResponse | None = None
         self._event_ids = itertools.count(1)
+        self.responses = 0
         self._send_lock = asyncio.Lock()
 
     # Transport --------------------------------------------------------------------------------------
@@ -136,6 +140,10 @@ class Session:
             await self.error(errors.invalid("binary frames are not supported; send JSON text events",
                                             code="invalid_event"))
             return
+        if len(text) > MAX_EVENT_CHARS:
+            await self.error(errors.invalid(f"the event is larger than {MAX_EVENT_CHARS} characters",
+                                            code="event_too_large"))
+            return
         try:
             event = _events.validate_python(json.loads(text))
         except json.JSONDecodeError as exc:
@@ -156,6 +164,7 @@ class Session:
                 self.config = self.config.model_copy(update=event.session.model_dump(exclude_unset=True))
                 await self.send(SessionEvent(type="session.updated", event_id=self._eid(), session=self._session()))
             case TextAppend():
+                self._check_room(self.text_buffer, event.text)
                 self.text_buffer.append(event.text)
             case TextClear():
                 self.text_buffer.clear()
@@ -167,7 +176,9 @@ class Session:
                 await self.respond(text, ResponseOptions())
                 self.text_buffer.clear()
             case ItemCreate():
-                self.pending_items.append(" ".join(part.text for part in event.item.content))
+                text = " ".join(part.text for part in event.item.content)
+                self._check_room(self.pending_items, text)
+                self.pending_items.append(text)
             case ResponseCreate():
                 self._require_idle()
                 text = " ".join(self.pending_items)
@@ -185,6 +196,12 @@ class Session:
             raise errors.invalid(f"unknown voice '{voice}'; available voices: {', '.join(sorted(voices))}",
                                  param, "invalid_value")
 
+    @staticmethod
+    def _check_room(buffer: list[str], text: str) -> None:
+        if sum(map(len, buffer)) + len(buffer) + len(text) > MAX_BUFFER_CHARS:
+            raise errors.invalid(f"the input text would exceed {MAX_BUFFER_CHARS} characters; commit or clear it",
+                                 "text", "input_text_buffer_full")
+
     def _require_idle(self) -> None:
         if self.active is not None:
             raise errors.invalid(f"response {self.active.id} is still in progress",
@@ -199,6 +216,9 @@ class Session:
     # Responses ----------------------------------------------------------------------------------------------
     async def respond(self, text: str, options: ResponseOptions) -> None:
         self._check_voice(options.voice, "response.voice")
+        if self.responses >= MAX_RESPONSES_PER_SESSION:
+            raise errors.invalid(f"a session may create at most {MAX_RESPONSES_PER_SESSION} responses; open a new one",
+                                 code="session_response_limit")
         cfg = self.config.model_copy(update=options.model_dump(exclude_none=True))
         request = SpeechRequest(text=text, voice=cfg.voice, language=cfg.language, instructions=cfg.instructions,
                                 seed=cfg.seed, temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
@@ -207,6 +227,7 @@ class Session:
             stream = self.state.engine.submit(request)
         except Exception as exc:
             raise errors.from_exception(exc) from exc
+        self.responses += 1
         self.active = active = ActiveResponse(stream)
         created = RealtimeResponse(id=active.id, status=ResponseStatus.IN_PROGRESS)
         await self.send(ResponseEvent(type="response.created", event_id=self._eid(), response=created))

@@ -165,6 +165,8 @@ async def create_speech(body: SpeechBody, request: Request) -> Response:
     except BaseException:
         transcoder.close()
         raise
+    if state.log_input:
+        log.info("speech %s input: %r", req.request_id, body.input)
     speech = Speech(state, stream, AsyncTranscoder(transcoder, state.executor), body.speed)
     try:
         first = await first_chunk(stream, request)

@@ -24,6 +24,8 @@ class ServerState:
     executor: ThreadPoolExecutor
     api_key: str | None = None
     shutdown_timeout: float = 10.0
+    log_input: bool = False  # input text is logged only when asked for
+    exit_on_dead: bool = False
     start_error: str | None = None
     start_task: asyncio.Task[None] | None = field(default=None, repr=False)
 
