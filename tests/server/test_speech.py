@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -26,8 +27,9 @@ def body(**fields: object) -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-def sdk(live: LiveServer) -> OpenAI:
-    return OpenAI(base_url=live.url + "/v1", api_key="unused", max_retries=0)
+def sdk(live: LiveServer) -> Iterator[OpenAI]:
+    with OpenAI(base_url=live.url + "/v1", api_key="unused", max_retries=0) as client:  # closes its sockets
+        yield client
 
 
 @pytest.fixture(scope="module")
