@@ -96,6 +96,7 @@ class Session:
         self._event_ids = itertools.count(1)
         self.responses = 0
         self._send_lock = asyncio.Lock()
+        self._stalled = False  # a send timed out: the client stopped reading, nothing more is sent
 
     # Transport --------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -115,8 +116,17 @@ class Session:
         if self.ws.client_state is not WebSocketState.CONNECTED:
             return False
         async with self._send_lock:
+            if self._stalled:
+                return False
             try:
-                await self.ws.send_text(event.model_dump_json(exclude_none=True))
+                await asyncio.wait_for(self.ws.send_text(event.model_dump_json(exclude_none=True)),
+                                       self.state.engine.config.reader_timeout_s)
+            except TimeoutError:  # the peer stopped reading: end its response so the engine side is freed
+                log.warning("realtime session %s: the client stopped reading; ending its response", self.id)
+                self._stalled = True
+                if self.active is not None:
+                    self.active.stream.cancel()
+                return False
             except (RuntimeError, OSError) as exc:  # the peer is gone; the receive loop will see it
                 log.debug("realtime send failed: %r", exc)
                 return False
