@@ -28,13 +28,6 @@ needs_fixture = pytest.mark.skipif(not CODEC_DIR.is_dir(), reason="shared Qwen3-
 
 
 @pytest.fixture(scope="module")
-def official() -> Qwen12HzCodec:
-    if not CODEC_DIR.is_dir():
-        pytest.skip("shared Qwen3-TTS fixture not present")
-    return Qwen12HzCodec.from_pretrained(CODEC_DIR)
-
-
-@pytest.fixture(scope="module")
 def random_codec() -> Qwen12HzCodec:
     return Qwen12HzCodec.from_config(CodecConfig.tiny(), seed=7)
 

@@ -27,13 +27,6 @@ PLANS: dict[str, Plan] = {
 
 
 @pytest.fixture(scope="module")
-def official() -> Qwen12HzCodec:
-    if not CODEC_DIR.is_dir():
-        pytest.skip("shared Qwen3-TTS fixture not present")
-    return Qwen12HzCodec.from_pretrained(CODEC_DIR)
-
-
-@pytest.fixture(scope="module")
 def random_codec() -> Qwen12HzCodec:
     return Qwen12HzCodec.from_config(CodecConfig.tiny(), seed=11)
 
