@@ -32,7 +32,7 @@ class EngineConfig:
     max_queue: int = 64  # requests waiting for a slot before new ones are refused
     max_prefills_per_step: int = 8
     max_len: int = 2048  # KV positions per slot (prompt + frames)
-    max_frames: int = 1500  # per request (120 s of audio)
+    max_frames: int = 1024  # per request (82 s of audio); at most max_len // 2
     text_width: int = 4608  # text tokens per request (4096 characters of any script fit)
     first_chunk_frames: int = 1  # 80 ms of audio: the first chunk leaves after one step
     chunk_frames: int = 8
