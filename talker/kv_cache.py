@@ -1,4 +1,4 @@
-"""KV caches: a slot cache for the Talker (continuous batching) and a dense one for the code predictor."""
+"""The Talker's KV cache: slots for continuous batching (the code predictor keeps its own, see fused_predictor)."""
 
 from __future__ import annotations
 
@@ -66,28 +66,3 @@ class SlotKVCache:
         keys = kl[self._slots, :, : self._kv_len]
         values = vl[self._slots, :, : self._kv_len]
         return sdpa(q, keys, values, mask=self._mask)
-
-
-class DenseKVCache:
-    """All rows at the same positions, at most `max_len` tokens: the code predictor's per-frame cache."""
-
-    def __init__(
-        self, layers: int, max_batch: int, kv_heads: int, max_len: int, head_dim: int,
-        dtype: torch.dtype, device: torch.device,
-    ) -> None:
-        shape = (layers, max_batch, kv_heads, max_len, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self._start = 0
-
-    def at(self, start: int) -> DenseKVCache:
-        self._start = start
-        return self
-
-    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        b, _, t, _ = k.shape
-        end = self._start + t
-        self.k[layer, :b, :, self._start : end] = k
-        self.v[layer, :b, :, self._start : end] = v
-        keys, values = self.k[layer, :b, :, :end], self.v[layer, :b, :, :end]
-        return sdpa(q, keys, values, causal=t > 1 and self._start == 0)

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from talker.kv_cache import DenseKVCache, SlotKVCache
+from talker.kv_cache import SlotKVCache
 from talker.models.qwen3_tts.config import Qwen3TTSConfig
+from talker.models.qwen3_tts.fused_predictor import FusedPredictor
 from talker.models.qwen3_tts.model import Talker
 from talker.models.qwen3_tts.prompt import prompt_embeds, trailing_text
 from talker.sampler import RowParams, apply_repetition_penalty, sample, step_uniforms
@@ -40,11 +41,11 @@ class Runner:
         device: torch.device, dtype: torch.dtype,
     ) -> None:
         self.talker, self.cfg, self.device = talker, cfg, device
-        t, p = cfg.talker, cfg.predictor
+        t = cfg.talker
         self.groups = cfg.num_code_groups
         self.text_width = text_width
         self.kv = SlotKVCache(t.num_layers, max_batch, t.num_kv_heads, max_len, t.head_dim, dtype, device)
-        self.pred_kv = DenseKVCache(p.num_layers, max_batch, p.num_kv_heads, self.groups + 1, p.head_dim, dtype, device)
+        self.predictor = FusedPredictor(talker.code_predictor, max_batch, self.groups + 1)
         self.next_embed = torch.zeros(max_batch, t.hidden_size, dtype=dtype, device=device)
         self.text_ids = torch.full((max_batch, text_width), cfg.text.tts_pad, dtype=torch.long, device=device)
         self.lengths = torch.zeros(max_batch, dtype=torch.long, device=device)
@@ -58,7 +59,7 @@ class Runner:
 
     @property
     def bytes_per_slot(self) -> int:
-        per = self.kv.bytes_per_slot()
+        per = self.kv.bytes_per_slot() + self.predictor.nbytes // self.predictor.k.shape[1]
         for buf in (self.next_embed, self.text_ids, self.lengths, self.frames, self.seen):
             per += buf.nbytes // buf.shape[0]
         return per
@@ -129,18 +130,18 @@ class Runner:
         return codes
 
     def _predict(self, hidden: Tensor, code0: Tensor, bt: BatchTensors, u: Tensor) -> tuple[Tensor, Tensor]:
-        cp = self.talker.code_predictor
+        cp, fused = self.talker.code_predictor, self.predictor
         emb = self.talker.embed_codec(code0)  # [B, H]
         emb_sum = emb.clone()
         codes = [code0]
-        h = cp.step(torch.stack((hidden, emb), dim=1), 0, self.pred_kv.at(0))
+        h = fused.step(torch.stack((hidden, emb), dim=1), 0)
         for g in range(1, self.groups):
             code = sample(cp.lm_head[g - 1](h).float(), bt.predictor, u[:, g])
             codes.append(code)
             emb = cp.model.codec_embedding[g - 1](code)
             emb_sum += emb
             if g < self.groups - 1:
-                h = cp.step(emb[:, None], g + 1, self.pred_kv.at(g + 1))
+                h = fused.step(emb[:, None], g + 1)
         return torch.stack(codes, dim=1).to(torch.int32), emb_sum  # a new tensor each step
 
     def _feed_back(self, bt: BatchTensors, code0: Tensor, emb_sum: Tensor, frames: Tensor) -> None:

@@ -2,7 +2,9 @@
 
 Randomness is counter-based: a row's uniform number for (seed, frame, draw) is a hash of those integers, so a
 request's audio does not depend on which other requests share its batch or on the batch order. A row samples by
-inverse CDF over its top-k candidates sorted by logit, so one uniform per row and draw is all it needs.
+inverse CDF over its top-k candidates, so one uniform per row and draw is all it needs. The candidates are sorted by
+logit where top-p or per-row top-k need an order; on CPU without either, the order is numpy's quickselect's
+(deterministic for given logits), which saves a sort.
 """
 
 from __future__ import annotations
@@ -77,15 +79,18 @@ class RowParams:
         )
 
 
-def top_candidates(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """The k largest logits of each row, sorted descending. logits: [B, V] -> values, ids: [B, k]."""
+def top_candidates(logits: Tensor, k: int, ordered: bool = True) -> tuple[Tensor, Tensor]:
+    """The k largest logits of each row, sorted descending unless `ordered` is False (then in an order that
+    depends only on the row's logits). logits: [B, V] -> values, ids: [B, k]."""
     if k >= logits.shape[-1]:
         return logits.sort(dim=-1, descending=True, stable=True)
     if logits.device.type == "cpu":
-        # CPU topk is a slow partial sort; a numpy quickselect then a small sort is several times faster
-        part = np.argpartition(logits.numpy(), -k, axis=-1)[:, -k:]
-        ids = torch.from_numpy(part)
-        values, order = logits.gather(1, ids).sort(dim=-1, descending=True, stable=True)
+        # CPU topk is a slow partial sort; a numpy quickselect (then a small sort if asked) is several times faster
+        ids = torch.from_numpy(np.argpartition(logits.numpy(), -k, axis=-1)[:, -k:])
+        values = logits.gather(1, ids)
+        if not ordered:
+            return values, ids
+        values, order = values.sort(dim=-1, descending=True, stable=True)
         return values, ids.gather(1, order)
     return logits.topk(k, dim=-1)
 
@@ -94,8 +99,8 @@ def sample(logits: Tensor, p: RowParams, u: Tensor) -> Tensor:
     """logits: [B, V] float32, u: [B] uniforms -> tokens: [B] int64."""
     if p.all_greedy:
         return logits.max(dim=-1).indices
-    # 1. top-k candidates, scaled by temperature: [B, K]
-    values, ids = top_candidates(logits, p.kmax)
+    # 1. top-k candidates, scaled by temperature: [B, K]; only top-k masks and top-p need them in order
+    values, ids = top_candidates(logits, p.kmax, ordered=p.any_top_p or not p.uniform_k)
     values = values / p.temperature
     if not p.uniform_k:
         rank = torch.arange(p.kmax, device=logits.device)

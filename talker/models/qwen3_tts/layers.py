@@ -31,12 +31,17 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.dtype == torch.float32:
-            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)  # one kernel instead of six
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+        return rms_norm(x, self.weight, self.eps)
+
+
+def rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
+    """RMS norm over the last dim as in the official model (float32 statistics); no weight: normalise only."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, x.shape[-1:], weight, eps)  # one op instead of six
+    dtype = x.dtype
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return x32.to(dtype) if weight is None else weight * x32.to(dtype)
 
 
 class Rotary(nn.Module):
@@ -84,14 +89,29 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(arch.num_heads * d, h, bias=False)
         self.q_norm = RMSNorm(d, arch.rms_norm_eps)
         self.k_norm = RMSNorm(d, arch.rms_norm_eps)
+        self.qkv: Tensor | None  # [(Hq + 2 Hkv) D, H], built by fuse()
+        self.qk_norm: Tensor | None  # [Hq + Hkv, D]
+        self.register_buffer("qkv", None, persistent=False)
+        self.register_buffer("qk_norm", None, persistent=False)
+
+    def fuse(self) -> tuple[Tensor, Tensor]:
+        """One matmul for q/k/v and one norm weight for q and k (fewer ops per step: decode is dispatch-bound).
+        The projections keep views of the fused weight, so the state dict is unchanged and nothing is copied."""
+        d = self.head_dim
+        self.qkv = share_weights(self.q_proj, self.k_proj, self.v_proj)
+        self.qk_norm = torch.cat((self.q_norm.weight.expand(self.num_heads, d),
+                                  self.k_norm.weight.expand(self.num_kv_heads, d)))
+        return self.qkv, self.qk_norm
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, kv: KVStore, layer: int) -> Tensor:
         # x: [B, T, H]
+        qkv_w, qk_norm = (self.qkv, self.qk_norm) if self.qkv is not None and self.qk_norm is not None else self.fuse()
         b, t, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        out = kv.attend(layer, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
+        hq, hkv = self.num_heads, self.num_kv_heads
+        qkv = F.linear(x, qkv_w).view(b, t, hq + 2 * hkv, self.head_dim)
+        qk = rms_norm(qkv[:, :, : hq + hkv], None, self.q_norm.eps) * qk_norm
+        qk = apply_rope(qk.transpose(1, 2), cos, sin)  # [B, Hq + Hkv, T, D]
+        out = kv.attend(layer, qk[:, :hq], qk[:, hq:], qkv[:, :, hq + hkv :].transpose(1, 2))
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -101,9 +121,27 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.gate_up: Tensor | None  # [2 I, H], built by fuse()
+        self.register_buffer("gate_up", None, persistent=False)
+
+    def fuse(self) -> Tensor:
+        self.gate_up = share_weights(self.gate_proj, self.up_proj)
+        return self.gate_up
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = F.linear(x, self.gate_up if self.gate_up is not None else self.fuse()).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+def share_weights(*linears: nn.Linear) -> Tensor:
+    """One weight for bias-free linears of the same input; each keeps a view of its rows of it."""
+    fused = torch.cat([lin.weight for lin in linears])
+    row = 0
+    for lin in linears:
+        n = lin.weight.shape[0]
+        lin.weight = nn.Parameter(fused[row : row + n], requires_grad=False)
+        row += n
+    return fused
 
 
 class DecoderLayer(nn.Module):

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -52,18 +51,6 @@ class CodePredictor(nn.Module):
             if cfg.predictor.hidden_size != cfg.talker.hidden_size
             else nn.Identity()
         )
-        self._rope: dict[tuple[int, int, int, torch.dtype, torch.device], tuple[Tensor, Tensor]] = {}
-
-    def step(self, x: Tensor, start: int, kv: KVStore) -> Tensor:
-        # x: [B, T, H_talker] -> last hidden [B, H_pred]; positions start.. are the same every frame: cache cos/sin
-        b, t, _ = x.shape
-        key = (start, t, b, x.dtype, x.device)
-        rope = self._rope.get(key)
-        if rope is None:
-            positions = torch.arange(start, start + t, device=x.device).expand(b, t)
-            rope = self._rope[key] = self.model.rotary(positions, x.dtype, start + t - 1)
-        cos, sin = rope
-        return self.model.run_rope(self.small_to_mtp_projection(x), cos, sin, kv)[:, -1]
 
 
 class Talker(nn.Module):

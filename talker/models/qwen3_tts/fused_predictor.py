@@ -1,0 +1,134 @@
+"""The code predictor's per-frame decode, specialised for what sets it apart from the Talker's: every row of the
+batch sits at the same positions (0..G), so RoPE is one fixed linear map per position and the KV cache is a dense
+slice shared by the batch.
+
+Same math as `DecoderStack.run_rope` with the layers' own weights, in about a third of the ops. This loop runs
+G - 1 times per Talker step, so on CPU (and on a GPU without graphs) its cost is op dispatch, not flops:
+- q/k/v and gate/up projections are one matmul each (the modules' weights become views of the fused ones);
+- the q/k norm weights, RoPE at each position and the attention scale are folded into one [D, D] matrix per
+  position and head kind, applied with one matmul;
+- attention is two batched matmuls over the dense cache.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from talker.models.qwen3_tts.layers import Attention, DecoderLayer, DecoderStack, rms_norm
+from talker.models.qwen3_tts.model import CodePredictor
+
+
+@dataclass(slots=True)
+class FusedLayer:
+    ln1: Tensor  # [H]
+    qkv: Tensor  # [(Hq + 2 Hkv) D, H]
+    o: Tensor  # [H, Hq D]
+    ln2: Tensor  # [H]
+    gate_up: Tensor  # [2 I, H]
+    down: Tensor  # [H, I]
+    rope_q: Tensor  # [P, D, D]: q_norm weight, RoPE at p, 1/sqrt(D)
+    rope_k: Tensor  # [P, D, D]: k_norm weight, RoPE at p
+
+
+class FusedPredictor:
+    """The code predictor's decoder stack for rows that share positions, with its own dense KV cache."""
+
+    def __init__(self, cp: CodePredictor, max_batch: int, positions: int) -> None:
+        stack = cp.model
+        arch_layer = stack.layers[0].self_attn
+        assert isinstance(arch_layer, Attention)
+        self.hq, self.hkv, self.d = arch_layer.num_heads, arch_layer.num_kv_heads, arch_layer.head_dim
+        self.eps = stack.norm.eps
+        self.project = cp.small_to_mtp_projection
+        self.norm = stack.norm.weight
+        ref = stack.norm.weight
+        rot = _rope_maps(stack, positions, ref.device)  # [P, D, D] float32
+        self.layers = [_fuse(layer, rot, self.d) for layer in stack.layers if isinstance(layer, DecoderLayer)]
+        shape = (len(self.layers), max_batch, self.hkv, positions, self.d)
+        self.k = torch.zeros(shape, dtype=ref.dtype, device=ref.device)
+        self.v = torch.zeros(shape, dtype=ref.dtype, device=ref.device)
+        self._masks: dict[tuple[int, int], Tensor] = {}
+
+    @property
+    def nbytes(self) -> int:
+        return self.k.nbytes + self.v.nbytes
+
+    def step(self, x: Tensor, start: int) -> Tensor:
+        """x: [B, T, H_talker] at positions start..start+T-1 of every row -> last hidden [B, H_pred]."""
+        x = self.project(x)
+        for i, layer in enumerate(self.layers):
+            x = x + self._attend(i, layer, rms_norm(x, layer.ln1, self.eps), start)
+            h = F.linear(rms_norm(x, layer.ln2, self.eps), layer.gate_up)
+            gate, up = h.chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, layer.down)
+        return rms_norm(x[:, -1], self.norm, self.eps)
+
+    def _attend(self, i: int, layer: FusedLayer, x: Tensor, start: int) -> Tensor:
+        # x: [B, T, H] -> [B, T, H]
+        b, t, _ = x.shape
+        hq, hkv, d = self.hq, self.hkv, self.d
+        end = start + t
+        # 1. q/k/v, q/k normalised (their weights live in the rope maps)
+        qkv = F.linear(x, layer.qkv).view(b, t, hq + 2 * hkv, d)
+        qk = rms_norm(qkv[:, :, : hq + hkv], None, self.eps)
+        q = _rotate(qk[:, :, :hq], layer.rope_q, start)  # [B, T, Hq, D]
+        k = _rotate(qk[:, :, hq:], layer.rope_k, start)  # [B, T, Hkv, D]
+        # 2. store k/v at start..end of every row: cache [B, Hkv, P, D]
+        self.k[i, :b, :, start:end] = k.transpose(1, 2)
+        self.v[i, :b, :, start:end] = qkv[:, :, hq + hkv :].transpose(1, 2)
+        keys, values = self.k[i, :b, :, :end], self.v[i, :b, :, :end]
+        # 3. GQA attention: q heads of one kv head side by side, q: [B, Hkv, G T, D]
+        g = hq // hkv
+        q = q.view(b, t, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, g * t, d)
+        scores = q @ keys.transpose(-1, -2)  # [B, Hkv, G T, end]
+        if t > 1:
+            scores = scores + self._mask(start, t, g, scores.device, scores.dtype)
+        probs = scores.softmax(dim=-1) if scores.dtype == torch.float32 else scores.float().softmax(-1).to(x.dtype)
+        out = (probs @ values).view(b, hkv, g, t, d).permute(0, 3, 1, 2, 4).reshape(b, t, hq * d)
+        return F.linear(out, layer.o)
+
+    def _mask(self, start: int, t: int, g: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+        mask = self._masks.get((start, t))
+        if mask is None:
+            query_pos = torch.arange(start, start + t, device=device).repeat(g)  # rows ordered (head, t)
+            allowed = torch.arange(start + t, device=device)[None, :] <= query_pos[:, None]
+            mask = self._masks[(start, t)] = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(
+                ~allowed, float("-inf")
+            )
+        return mask  # [G T, end]
+
+
+def _rotate(x: Tensor, maps: Tensor, start: int) -> Tensor:
+    # x: [B, T, h, D] at positions start..start+T-1, maps: [P, D, D]
+    t = x.shape[1]
+    if t == 1:
+        return x @ maps[start]
+    return (x.unsqueeze(-2) @ maps[start : start + t, None]).squeeze(-2)
+
+
+def _rope_maps(stack: DecoderStack, positions: int, device: torch.device) -> Tensor:
+    """RoPE at each position as a matrix: rope(x) = x @ R[p]. -> [P, D, D] float32"""
+    d = stack.rotary.head_dim
+    cos, sin = stack.rotary(torch.arange(positions, device=device)[None], torch.float32, positions - 1)
+    cos, sin = cos[0, 0], sin[0, 0]  # [P, D]
+    half = d // 2
+    turn = torch.zeros(d, d, device=device)  # rotate_half(x) = x @ turn
+    turn[torch.arange(half, d), torch.arange(half)] = -1.0
+    turn[torch.arange(half), torch.arange(half, d)] = 1.0
+    return torch.diag_embed(cos) + turn[None] * sin[:, None, :]
+
+
+def _fuse(layer: DecoderLayer, rot: Tensor, head_dim: int) -> FusedLayer:
+    attn, mlp = layer.self_attn, layer.mlp
+    qkv, _ = attn.fuse() if attn.qkv is None else (attn.qkv, None)
+    gate_up = mlp.fuse() if mlp.gate_up is None else mlp.gate_up
+    dtype = qkv.dtype
+    rope_q = (attn.q_norm.weight.float()[:, None] * rot / math.sqrt(head_dim)).to(dtype)
+    rope_k = (attn.k_norm.weight.float()[:, None] * rot).to(dtype)
+    return FusedLayer(layer.input_layernorm.weight, qkv, attn.o_proj.weight, layer.post_attention_layernorm.weight,
+                      gate_up, mlp.down_proj.weight, rope_q, rope_k)
