@@ -2,9 +2,7 @@
 
 Randomness is counter-based: a row's uniform number for (seed, frame, draw) is a hash of those integers, so a
 request's audio does not depend on which other requests share its batch or on the batch order. A row samples by
-inverse CDF over its top-k candidates, so one uniform per row and draw is all it needs. The candidates are sorted by
-logit where top-p or per-row top-k need an order; on CPU without either, the order is numpy's quickselect's
-(deterministic for given logits), which saves a sort.
+inverse CDF over its top-k candidates, so one uniform per row and draw is all it needs.
 """
 
 from __future__ import annotations
@@ -79,18 +77,14 @@ class RowParams:
         )
 
 
-def top_candidates(logits: Tensor, k: int, ordered: bool = True) -> tuple[Tensor, Tensor]:
-    """The k largest logits of each row, sorted descending unless `ordered` is False (then in an order that
-    depends only on the row's logits). logits: [B, V] -> values, ids: [B, k]."""
+def top_candidates(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The k largest logits of each row, sorted descending. logits: [B, V] -> values, ids: [B, k]."""
     if k >= logits.shape[-1]:
         return logits.sort(dim=-1, descending=True, stable=True)
     if logits.device.type == "cpu":
-        # CPU topk is a slow partial sort; a numpy quickselect (then a small sort if asked) is several times faster
+        # CPU topk is a slow partial sort; a numpy quickselect then a small sort is several times faster
         ids = torch.from_numpy(np.argpartition(logits.numpy(), -k, axis=-1)[:, -k:])
-        values = logits.gather(1, ids)
-        if not ordered:
-            return values, ids
-        values, order = values.sort(dim=-1, descending=True, stable=True)
+        values, order = logits.gather(1, ids).sort(dim=-1, descending=True, stable=True)
         return values, ids.gather(1, order)
     return logits.topk(k, dim=-1)
 
@@ -99,8 +93,10 @@ def sample(logits: Tensor, p: RowParams, u: Tensor) -> Tensor:
     """logits: [B, V] float32, u: [B] uniforms -> tokens: [B] int64."""
     if p.all_greedy:
         return logits.max(dim=-1).indices
-    # 1. top-k candidates, scaled by temperature: [B, K]; only top-k masks and top-p need them in order
-    values, ids = top_candidates(logits, p.kmax, ordered=p.any_top_p or not p.uniform_k)
+    if logits.device.type == "cpu" and p.uniform_k and not p.any_top_p and p.kmax < logits.shape[-1]:
+        return sample_host(logits, p, u)
+    # 1. top-k candidates, scaled by temperature: [B, K]
+    values, ids = top_candidates(logits, p.kmax)
     values = values / p.temperature
     if not p.uniform_k:
         rank = torch.arange(p.kmax, device=logits.device)
@@ -115,6 +111,21 @@ def sample(logits: Tensor, p: RowParams, u: Tensor) -> Tensor:
     pick = (cdf < u[:, None] * cdf[:, -1:]).sum(dim=-1, keepdim=True).clamp(max=p.kmax - 1)
     chosen = ids.gather(1, pick)[:, 0]
     return torch.where(p.greedy, logits.max(dim=-1).indices, chosen) if p.any_greedy else chosen
+
+
+def sample_host(logits: Tensor, p: RowParams, u: Tensor) -> Tensor:
+    """`sample` for CPU tensors when every row keeps the same k candidates and none uses top-p (the checkpoints'
+    defaults), in numpy: a dozen small torch ops cost more in dispatch than the math, and this runs 16 times per
+    Talker step. The candidates stay in quickselect order, which depends only on the row's logits."""
+    x = logits.numpy()  # [B, V]
+    ids = np.argpartition(x, -p.kmax, axis=-1)[:, -p.kmax :]  # [B, K]
+    values = np.take_along_axis(x, ids, axis=-1) / p.temperature.numpy()
+    cdf = np.cumsum(np.exp(values - values.max(axis=-1, keepdims=True)), axis=-1)
+    pick = np.minimum((cdf < u.numpy()[:, None] * cdf[:, -1:]).sum(axis=-1), p.kmax - 1)
+    tokens = np.take_along_axis(ids, pick[:, None], axis=-1)[:, 0]
+    if p.any_greedy:
+        tokens = np.where(p.greedy.numpy(), x.argmax(axis=-1), tokens)
+    return torch.from_numpy(tokens)
 
 
 def apply_repetition_penalty(logits: Tensor, seen: Tensor, penalty: Tensor) -> Tensor:

@@ -47,12 +47,27 @@ def test_top_k_and_top_p_restrict_candidates() -> None:
     assert bool((sample(peaked, _params(200, top_p=0.5), u) == 7).all())
 
 
-def test_sampling_follows_the_distribution() -> None:
+@pytest.mark.parametrize(("top_k", "top_p"), [(0, 1.0), (10, 1.0), (10, 0.99)])  # (10, 1.0): the numpy path
+def test_sampling_follows_the_distribution(top_k: int, top_p: float) -> None:
     probs = torch.tensor([0.5, 0.3, 0.2] + [0.0] * 61)
-    logits = probs.clamp_min(1e-9).log().expand(6000, -1).contiguous()
+    logits = (probs + 1e-9).log().expand(6000, -1).contiguous()
     u = step_uniforms(torch.arange(6000), torch.zeros(6000, dtype=torch.long), 1)[:, 0]
-    counts = torch.bincount(sample(logits, _params(6000), u), minlength=64).float() / 6000
+    tokens = sample(logits, _params(6000, top_k=top_k, top_p=top_p), u)
+    counts = torch.bincount(tokens, minlength=64).float() / 6000
     assert torch.allclose(counts[:3], probs[:3], atol=0.03)
+
+
+def test_host_path_keeps_greedy_rows_and_temperature() -> None:
+    logits = torch.randn(400, 64)
+    temps = [0.0 if i % 4 == 0 else (0.05 if i % 4 == 1 else 1.0) for i in range(400)]
+    params = RowParams.stack(temps, [20] * 400, [1.0] * 400, list(range(400)), 64, torch.device("cpu"))
+    u = step_uniforms(params.seeds, torch.zeros(400, dtype=torch.long), 1)[:, 0]
+    tokens = sample(logits, params, u)
+    argmax = logits.argmax(-1)
+    assert torch.equal(tokens[0::4], argmax[0::4])  # greedy rows
+    assert float((tokens[1::4] == argmax[1::4]).float().mean()) > 0.9  # a cold temperature: nearly greedy
+    assert float((tokens[2::4] == argmax[2::4]).float().mean()) < 0.5
+    assert bool((tokens[:, None] == logits.topk(20).indices).any(-1).all())
 
 
 def test_repetition_penalty_matches_hf_rule() -> None:
@@ -62,11 +77,12 @@ def test_repetition_penalty_matches_hf_rule() -> None:
     assert out.tolist() == [[1.0, -4.0, 1.0]]
 
 
+@pytest.mark.parametrize("top_p", [0.8, 1.0])
 @pytest.mark.parametrize("vocab", [64, 3072])
-def test_batch_composition_does_not_change_a_row(vocab: int) -> None:
+def test_batch_composition_does_not_change_a_row(vocab: int, top_p: float) -> None:
     logits = torch.randn(6, vocab)
-    params = RowParams.stack([0.9] * 6, [50] * 6, [0.8] * 6, [11, 12, 13, 14, 15, 16], vocab, torch.device("cpu"))
+    params = RowParams.stack([0.9] * 6, [50] * 6, [top_p] * 6, [11, 12, 13, 14, 15, 16], vocab, torch.device("cpu"))
     u = step_uniforms(params.seeds, torch.full((6,), 3), 1)[:, 0]
     full = sample(logits, params, u)
-    one = RowParams.stack([0.9], [50], [0.8], [13], vocab, torch.device("cpu"))
+    one = RowParams.stack([0.9], [50], [top_p], [13], vocab, torch.device("cpu"))
     assert int(sample(logits[2:3], one, u[2:3])[0]) == int(full[2])

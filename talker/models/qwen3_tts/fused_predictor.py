@@ -60,37 +60,40 @@ class FusedPredictor:
 
     def step(self, x: Tensor, start: int) -> Tensor:
         """x: [B, T, H_talker] at positions start..start+T-1 of every row -> last hidden [B, H_pred]."""
-        x = self.project(x)
-        for i, layer in enumerate(self.layers):
-            x = x + self._attend(i, layer, rms_norm(x, layer.ln1, self.eps), start)
-            h = F.linear(rms_norm(x, layer.ln2, self.eps), layer.gate_up)
-            gate, up = h.chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer.down)
-        return rms_norm(x[:, -1], self.norm, self.eps)
-
-    def _attend(self, i: int, layer: FusedLayer, x: Tensor, start: int) -> Tensor:
-        # x: [B, T, H] -> [B, T, H]
         b, t, _ = x.shape
+        x = self.project(x.reshape(b * t, -1))  # [B T, H], rows b-major
+        for i, layer in enumerate(self.layers):
+            x = x + self._attend(i, layer, rms_norm(x, layer.ln1, self.eps), b, t, start)
+            gate, up = F.linear(rms_norm(x, layer.ln2, self.eps), layer.gate_up).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate).mul_(up), layer.down)
+        last = x if t == 1 else x.view(b, t, -1)[:, -1]
+        return rms_norm(last, self.norm, self.eps)
+
+    def _attend(self, i: int, layer: FusedLayer, x: Tensor, b: int, t: int, start: int) -> Tensor:
+        # x: [B T, H] -> [B T, H]
         hq, hkv, d = self.hq, self.hkv, self.d
-        end = start + t
-        # 1. q/k/v, q/k normalised (their weights live in the rope maps)
-        qkv = F.linear(x, layer.qkv).view(b, t, hq + 2 * hkv, d)
-        qk = rms_norm(qkv[:, :, : hq + hkv], None, self.eps)
+        g, end = hq // hkv, start + t
+        # 1. q/k/v; q/k normalised (their norm weights live in the rope maps)
+        qk, v = F.linear(x, layer.qkv).view(b, t, hq + 2 * hkv, d).split((hq + hkv, hkv), dim=2)
+        qk = rms_norm(qk, None, self.eps)
         q = _rotate(qk[:, :, :hq], layer.rope_q, start)  # [B, T, Hq, D]
         k = _rotate(qk[:, :, hq:], layer.rope_k, start)  # [B, T, Hkv, D]
         # 2. store k/v at start..end of every row: cache [B, Hkv, P, D]
-        self.k[i, :b, :, start:end] = k.transpose(1, 2)
-        self.v[i, :b, :, start:end] = qkv[:, :, hq + hkv :].transpose(1, 2)
-        keys, values = self.k[i, :b, :, :end], self.v[i, :b, :, :end]
-        # 3. GQA attention: q heads of one kv head side by side, q: [B, Hkv, G T, D]
-        g = hq // hkv
-        q = q.view(b, t, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, g * t, d)
-        scores = q @ keys.transpose(-1, -2)  # [B, Hkv, G T, end]
+        cache_k, cache_v = self.k[i, :b], self.v[i, :b]
+        cache_k[:, :, start:end] = k.transpose(1, 2)
+        cache_v[:, :, start:end] = v.transpose(1, 2)
+        keys = cache_k[:, :, :end].reshape(b * hkv, end, d)  # views: batch and head dims merge
+        values = cache_v[:, :, :end].reshape(b * hkv, end, d)
+        # 3. GQA attention, the q heads of one kv head side by side: q [B Hkv, G T, D]
+        q = q.view(b * hkv, g, d) if t == 1 else q.view(b, t, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(-1, g * t, d)
+        scores = torch.bmm(q, keys.transpose(1, 2))  # [B Hkv, G T, end]
         if t > 1:
             scores = scores + self._mask(start, t, g, scores.device, scores.dtype)
         probs = scores.softmax(dim=-1) if scores.dtype == torch.float32 else scores.float().softmax(-1).to(x.dtype)
-        out = (probs @ values).view(b, hkv, g, t, d).permute(0, 3, 1, 2, 4).reshape(b, t, hq * d)
-        return F.linear(out, layer.o)
+        out = torch.bmm(probs, values)  # [B Hkv, G T, D]
+        if t > 1:
+            out = out.view(b, hkv, g, t, d).permute(0, 3, 1, 2, 4)
+        return F.linear(out.reshape(b * t, hq * d), layer.o)
 
     def _mask(self, start: int, t: int, g: int, device: torch.device, dtype: torch.dtype) -> Tensor:
         mask = self._masks.get((start, t))
