@@ -116,10 +116,14 @@ class Engine:
         async for _ in stream:
             pass
 
-    async def drain(self, timeout: float) -> None:
-        """Stop admitting; wait up to `timeout` for in-flight streams to end, then abort the rest."""
+    def stop_admitting(self) -> None:
+        """New submissions fail with EngineDeadError ("draining"); what is in flight goes on."""
         if self.state is EngineState.READY:
             self.state = EngineState.DRAINING
+
+    async def drain(self, timeout: float) -> None:
+        """Stop admitting; wait up to `timeout` for in-flight streams to end, then abort the rest."""
+        self.stop_admitting()
         deadline = time.monotonic() + timeout
         while self.active_requests() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 
 from output_builder.engine import Engine
 from server import errors, routes_realtime, routes_speech
+from server.drain import DrainGate
 from server.limits import BodyLimit
 from server.metrics import CONTENT_TYPE, Metrics
 from server.protocol import Health, ModelCard, ModelList, VoiceCard, VoiceList
@@ -48,6 +49,7 @@ def create_app(
     if cors_origins:  # off unless configured
         app.add_middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
+    app.add_middleware(DrainGate, state=state)  # outermost: nothing new gets in while draining
     errors.install(app, lambda err: state.metrics.error(err.detail.type, err.detail.code))
     app.include_router(_public_router())
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])

@@ -19,6 +19,7 @@ EXTENSIONS = {".wav": "wav", ".mp3": "mp3", ".opus": "opus", ".ogg": "opus", ".a
               ".pcm": "pcm", ".raw": "pcm"}
 BENCHES = {"serve": "server.bench_serve", "step-gap": "server.bench_step_gap", "step_gap": "server.bench_step_gap"}
 PCM_BYTES_PER_S = 24000 * 2
+UVICORN_SHUTDOWN_S = 5
 
 
 def parser() -> argparse.ArgumentParser:
@@ -98,7 +99,9 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import create_app
-    from server.http_protocol import AbortableHttpProtocol
+    from server.drain import DrainingServer
+    from server.http_protocol import AbortableHttpProtocol, AbortableWebSocketProtocol
+    from server.state import state_of
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     origins = [o.strip() for o in args.cors_origins.split(",") if o.strip()] if args.cors_origins else None
@@ -107,9 +110,11 @@ def serve(args: argparse.Namespace) -> int:
         config = replace(config, codec_timeout_s=args.codec_timeout).validate()
     app = create_app(config, args.api_key or api_key_from_env(), shutdown_timeout=args.shutdown_timeout,
                      exit_on_dead=True, cors_origins=origins, log_input=args.log_input)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, http=AbortableHttpProtocol,
-                timeout_graceful_shutdown=max(1, round(args.shutdown_timeout)))
-    return 0
+    # the drain (SIGTERM) already let streams finish within --shutdown-timeout: uvicorn's own wait is a backstop
+    uv = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, http=AbortableHttpProtocol,
+                        ws=AbortableWebSocketProtocol, timeout_graceful_shutdown=UVICORN_SHUTDOWN_S)
+    DrainingServer(uv, state_of(app), args.shutdown_timeout).run()
+    return 0  # after a signal too: a graceful shutdown (a dead engine exits 3, a failed start 3 from uvicorn)
 
 
 # say ------------------------------------------------------------------------------------------------------

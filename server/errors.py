@@ -65,6 +65,11 @@ def unavailable(message: str, code: str = "engine_unavailable") -> ApiError:
     return ApiError(503, message, ErrorType.SERVER, code=code, retry_after=UNAVAILABLE_RETRY_AFTER_S)
 
 
+def shutting_down() -> ApiError:
+    """What a draining server answers to anything new (server/drain.py)."""
+    return unavailable("the server is shutting down; retry shortly", code="server_shutting_down")
+
+
 def from_exception(exc: BaseException) -> ApiError:
     """Maps engine and server exceptions onto API errors; anything unknown is a 500."""
     match exc:

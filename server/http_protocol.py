@@ -1,9 +1,11 @@
-"""uvicorn's httptools protocol plus one extension: a response can abort its connection.
+"""uvicorn's httptools and WebSocket protocols plus one extension: a handler can abort its connection.
 
 When a reader stops reading, a response's sends block on flow control. Once the engine has dropped such a request
-the handler gives up on it, but `transport.close()` (what uvicorn does after a failed response) waits for the write
-buffer to drain, which a stalled peer never lets happen: the socket and its buffers would stay until the peer goes.
-`abort()` drops the buffer and closes at once. The app finds it under `scope["extensions"][ABORT]`.
+the handler gives up on it, but `transport.close()` (what uvicorn does after a failed response, or after a
+WebSocket close) waits for the write buffer to drain, which a stalled peer never lets happen: the socket, its
+buffers and (for a WebSocket) the session's task would stay until the peer goes. `abort()` drops the buffer and
+closes at once. The app finds it under `scope["extensions"][ABORT]`, for HTTP requests and WebSocket sessions.
+`talkstream serve` and the test servers pass both classes to uvicorn (`http=`, `ws=`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.http11 import Request
 
 ABORT = "talkstream.abort"
 
@@ -21,6 +25,16 @@ class AbortableHttpProtocol(HttpToolsProtocol):
         super().on_message_begin()
         scope: dict[str, Any] = self.scope  # type: ignore[assignment]
         scope.setdefault("extensions", {})[ABORT] = {"abort": self.transport.abort}
+
+
+class AbortableWebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's default WebSocket protocol (with `websockets` installed) plus the abort extension."""
+
+    def handle_connect(self, event: Request) -> None:
+        super().handle_connect(event)  # the app's task is created here but runs later: the scope can still change
+        scope: dict[str, Any] | None = getattr(self, "scope", None)
+        if scope is not None:  # None when the handshake was refused
+            scope.setdefault("extensions", {})[ABORT] = {"abort": self.transport.abort}
 
 
 def abort_of(scope: Mapping[str, Any]) -> Any:

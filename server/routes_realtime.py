@@ -1,7 +1,9 @@
 """`WS /v1/realtime`: the text-to-speech subset of OpenAI's Realtime protocol.
 
 One response at a time per socket; responses run in sequence. Errors are `error` events and never end the
-session; a disconnect cancels the response in flight.
+session; a disconnect cancels the response in flight. On shutdown (server/drain.py) new sessions are refused with
+503, idle ones are closed with 1012 and busy ones once their response is done (or cut at the shutdown timeout).
+A client that stops reading has its connection aborted once a send outlasts `reader_timeout_s`.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from typing import Any
 from fastapi import APIRouter, WebSocket
 from fastapi.responses import JSONResponse
 from pydantic import TypeAdapter, ValidationError
-from starlette.websockets import WebSocketState
+from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from output_builder.streams import AudioStream
 from server import errors
+from server.http_protocol import abort_of
 from server.protocol import (
     AudioDelta,
     AudioDone,
@@ -53,6 +56,8 @@ PROTOCOL = "ws"
 MAX_EVENT_CHARS = 64 * 1024  # one event; 4096 characters of text fit many times over
 MAX_BUFFER_CHARS = 4096  # the input text buffer and pending items, as for `input` over HTTP
 MAX_RESPONSES_PER_SESSION = 1000
+CLOSE_TIMEOUT_S = 2.0  # a close frame that cannot be sent in this time (the peer is not reading): abort instead
+SERVICE_RESTART = 1012
 _events: TypeAdapter[ClientEvent] = TypeAdapter(ClientEvent)
 
 
@@ -61,20 +66,23 @@ async def realtime(ws: WebSocket) -> None:
     state = server_state(ws)
     try:
         authorize(ws)
+        if state.draining:
+            raise errors.shutting_down()
     except errors.ApiError as err:
         state.metrics.error(err.detail.type, err.detail.code)
-        await deny(ws, err)
+        await deny(ws, err, SERVICE_RESTART if err.status == 503 else 1008)
         return
     await ws.accept()
     await Session(ws, state).run()
 
 
-async def deny(ws: WebSocket, err: errors.ApiError) -> None:
-    """An HTTP error instead of the upgrade where the server supports it, else a policy-violation close."""
+async def deny(ws: WebSocket, err: errors.ApiError, close_code: int = 1008) -> None:
+    """An HTTP error instead of the upgrade where the server supports it, else a close (policy violation)."""
     if "websocket.http.response" in ws.scope.get("extensions", {}):
-        await ws.send_denial_response(JSONResponse({"error": err.detail.model_dump()}, status_code=err.status))
+        await ws.send_denial_response(JSONResponse({"error": err.detail.model_dump()}, status_code=err.status,
+                                                   headers=err.headers))
     else:
-        await ws.close(code=1008, reason=err.detail.message[:120])
+        await ws.close(code=close_code, reason=err.detail.message[:120])
 
 
 class ActiveResponse:
@@ -97,23 +105,28 @@ class Session:
         self.responses = 0
         self._send_lock = asyncio.Lock()
         self._stalled = False  # a send timed out: the client stopped reading, nothing more is sent
+        self._closing = False
 
     # Transport --------------------------------------------------------------------------------------
     async def run(self) -> None:
         await self.send(SessionEvent(type="session.created", event_id=self._eid(), session=self._session()))
         self.state.metrics.sessions.inc()
+        self.state.sessions.add(self)
         try:
+            if self.state.draining:  # began while this session was being accepted
+                await self.drain()
             while True:
                 message = await self.ws.receive()
                 if message["type"] == "websocket.disconnect":
                     break
                 await self.handle(message.get("text"))
         finally:
+            self.state.sessions.discard(self)
             self.state.metrics.sessions.dec()
             await self._abandon()
 
     async def send(self, event: ServerEvent) -> bool:
-        if self.ws.client_state is not WebSocketState.CONNECTED:
+        if self.ws.client_state is not WebSocketState.CONNECTED or self._closing:
             return False
         async with self._send_lock:
             if self._stalled:
@@ -121,13 +134,14 @@ class Session:
             try:
                 await asyncio.wait_for(self.ws.send_text(event.model_dump_json(exclude_none=True)),
                                        self.state.engine.config.reader_timeout_s)
-            except TimeoutError:  # the peer stopped reading: end its response so the engine side is freed
-                log.warning("realtime session %s: the client stopped reading; ending its response", self.id)
+            except TimeoutError:  # the peer stopped reading: free the engine side, then the connection itself
+                log.warning("realtime session %s: the client stopped reading; dropping it", self.id)
                 self._stalled = True
                 if self.active is not None:
                     self.active.stream.cancel()
+                self.abort()
                 return False
-            except (RuntimeError, OSError) as exc:  # the peer is gone; the receive loop will see it
+            except (RuntimeError, OSError, WebSocketDisconnect) as exc:  # the peer is gone; the receive loop sees it
                 log.debug("realtime send failed: %r", exc)
                 return False
         return True
@@ -136,6 +150,50 @@ class Session:
         self.state.metrics.error(err.detail.type, err.detail.code)
         detail = RealtimeErrorDetail(**err.detail.model_dump(), event_id=event_id)
         await self.send(ErrorEvent(event_id=self._eid(), error=detail))
+
+    def abort(self) -> None:
+        """Drops the connection at once, unsent data included (for a peer that stopped reading). The receive
+        loop then sees the disconnect and ends the session."""
+        abort = abort_of(self.ws.scope)
+        if abort is not None:
+            abort()
+
+    async def close(self, code: int = SERVICE_RESTART, reason: str = "server shutting down") -> None:
+        """Idempotent. A close frame that cannot leave within CLOSE_TIMEOUT_S aborts the connection instead."""
+        if self._closing:
+            return
+        self._closing = True
+        if self._stalled:
+            self.abort()
+            return
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT_S), self._send_lock:
+                await self.ws.close(code, reason)
+        except TimeoutError:
+            self.abort()
+        except (RuntimeError, OSError, WebSocketDisconnect) as exc:  # already closed, or the peer is gone
+            log.debug("realtime close failed: %r", exc)
+
+    # Shutdown (server/drain.py) -----------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return self.active is not None
+
+    async def drain(self) -> None:
+        """An idle session closes now (1012); a busy one once its response is done (see `_done`)."""
+        if self.active is None:
+            await self.close()
+
+    async def cut(self, err: errors.ApiError) -> None:
+        """The shutdown timeout passed: end the response in flight (`response.done` failed), then close."""
+        active = self.active
+        if active is not None:
+            active.stream.cancel()
+            if active.task is not None:
+                active.task.cancel()
+                await asyncio.gather(active.task, return_exceptions=True)
+            await self._done(active, ResponseStatus.FAILED, {"type": "failed", "error": err.detail.model_dump()})
+        await self.close()
 
     def _eid(self) -> str:
         return f"event_{next(self._event_ids)}"
@@ -283,6 +341,8 @@ class Session:
         response = RealtimeResponse(id=active.id, status=status, status_details=details, usage=usage)
         self.active = None
         await self.send(ResponseEvent(type="response.done", event_id=self._eid(), response=response))
+        if self.state.draining:
+            await self.close()
 
     async def _abandon(self) -> None:
         active, self.active = self.active, None

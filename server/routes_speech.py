@@ -76,7 +76,7 @@ class AudioResponse(StreamingResponse):
         failed_at: float | None = None
         try:
             while not (await asyncio.wait({task}, timeout=DISCONNECT_POLL_S))[0]:
-                if self._speech.stream.error is None:
+                if self._speech.failure is None:
                     continue
                 now = asyncio.get_running_loop().time()
                 failed_at = failed_at or now
@@ -95,7 +95,7 @@ class AudioResponse(StreamingResponse):
         raise StreamAbortedError("the stream failed while its reader was not reading")
 
 
-@dataclass
+@dataclass(eq=False)  # hashed by identity: the server state keeps a set of them
 class Speech:
     """One request in flight: its engine stream, its transcoder and what it reports when it ends."""
 
@@ -104,15 +104,29 @@ class Speech:
     out: AsyncTranscoder
     speed: float
     closed: bool = field(default=False, init=False)
+    cut_error: errors.ApiError | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.state.metrics.open_responses.labels(PROTOCOL).inc()
+        self.state.speeches.add(self)
 
     async def next_pcm(self) -> np.ndarray | None:
         try:
-            return await anext(self.stream)
+            pcm: np.ndarray | None = await anext(self.stream)
         except StopAsyncIteration:
-            return None
+            pcm = None
+        if self.cut_error is not None:
+            raise self.cut_error
+        return pcm
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self.cut_error or self.stream.error
+
+    def cut(self, err: errors.ApiError) -> None:
+        """The server's shutdown timeout passed: end the response now, without the audio still buffered."""
+        self.cut_error = err
+        self.stream.cancel()
 
     async def encoded(self, first: np.ndarray | None) -> AsyncIterator[bytes]:
         """Encoded bytes of every chunk, then the encoder's tail; empty pieces are skipped."""
@@ -147,6 +161,7 @@ class Speech:
         if self.closed:
             return
         self.closed = True
+        self.state.speeches.discard(self)
         self.stream.cancel()
         self.out.close()
         self.state.metrics.open_responses.labels(PROTOCOL).dec()
@@ -170,6 +185,8 @@ async def create_speech(body: SpeechBody, request: Request) -> Response:
     speech = Speech(state, stream, AsyncTranscoder(transcoder, state.executor), body.speed)
     try:
         first = await first_chunk(stream, request)
+        if speech.cut_error is not None:  # cut by the shutdown before any audio: a plain 503
+            raise speech.cut_error
     except ClientGoneError:
         speech.close()
         return Response(status_code=CLIENT_CLOSED)

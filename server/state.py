@@ -6,6 +6,7 @@ import asyncio
 import hmac
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from fastapi import FastAPI
 from starlette.requests import HTTPConnection
@@ -15,6 +16,25 @@ from server import errors
 from server.metrics import Metrics
 from server.protocol import MODEL_ALIASES
 from talker.request import EngineState
+
+
+class OpenSpeech(Protocol):
+    """An HTTP speech response in flight (`routes_speech.Speech`)."""
+
+    def cut(self, err: errors.ApiError) -> None: ...
+
+
+class OpenSession(Protocol):
+    """A Realtime session (`routes_realtime.Session`)."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    async def drain(self) -> None: ...
+
+    async def cut(self, err: errors.ApiError) -> None: ...
+
+    def abort(self) -> None: ...
 
 
 @dataclass
@@ -28,6 +48,13 @@ class ServerState:
     exit_on_dead: bool = False
     start_error: str | None = None
     start_task: asyncio.Task[None] | None = field(default=None, repr=False)
+    draining: bool = False  # shutting down: new requests get 503, sessions close with 1012 (server/drain.py)
+    speeches: set[OpenSpeech] = field(default_factory=set, repr=False)
+    sessions: set[OpenSession] = field(default_factory=set, repr=False)
+
+    def in_flight(self) -> int:
+        """Responses still being produced or sent, over HTTP and WebSocket."""
+        return len(self.speeches) + sum(1 for s in self.sessions if s.busy)
 
     @property
     def status(self) -> str:

@@ -18,7 +18,7 @@ from fastapi import FastAPI
 
 from output_builder.engine import Engine
 from server.app import create_app
-from server.http_protocol import AbortableHttpProtocol
+from server.http_protocol import AbortableHttpProtocol, AbortableWebSocketProtocol
 from server.state import state_of
 from talker.config import EngineConfig
 
@@ -59,13 +59,13 @@ class LiveServer:
 
 
 def start_server(config: EngineConfig, api_key: str | None = None, wait_ready: bool = True) -> LiveServer:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # asyncio sets TCP_NODELAY only then
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     app = create_app(config, api_key, shutdown_timeout=2.0)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2,
-                                           http=AbortableHttpProtocol))
+                                           http=AbortableHttpProtocol, ws=AbortableWebSocketProtocol))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True,
                               name=f"uvicorn-{port}")
     thread.start()

@@ -1,4 +1,5 @@
-"""`talkstream serve` as a subprocess: a dead engine exits the process; SIGTERM drains, then exits in bounded time."""
+"""`talkstream serve` as a subprocess: a dead engine exits the process; SIGTERM drains (503 for anything new, in-flight
+responses finish within --shutdown-timeout, the rest is cut), then exits in bounded time; a second signal hurries."""
 
 from __future__ import annotations
 
@@ -8,17 +9,18 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from tests.server.test_abort_paths import raw_request, speech
+from tests.server.leaks import scrape
+from tests.server.rawclient import LAST_CHUNK, events_until_close, raw_request, raw_ws, read_response, send_text
+from tests.server.test_abort_paths import LONG_TEXT, speech
 
 
 class Served:
@@ -83,37 +85,81 @@ def test_a_dead_engine_exits_the_process(serve: type[Served]) -> None:
     assert server.proc.poll() == 3 and saw_503
 
 
+MEDIUM_TEXT = "This sentence keeps going on and on so that the audio lasts for a good while. " * 2  # ~7 s
+OPEN_WS, OPEN_HTTP = 'talkstream_open_responses{protocol="ws"}', 'talkstream_open_responses{protocol="http"}'
+
+
+def wait_for(check: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def commit(sock: socket.socket, text: str) -> None:
+    send_text(sock, {"type": "session.update", "session": {"temperature": 0.0}})
+    send_text(sock, {"type": "input_text_buffer.append", "text": text})
+    send_text(sock, {"type": "input_text_buffer.commit"})
+
+
 def test_sigterm_drains_then_exits(serve: type[Served]) -> None:
-    server = serve("--shutdown-timeout", "3")
+    timeout = 3.0
+    server = serve("--shutdown-timeout", str(timeout))
     [codec] = server.children()
-    with connect(server.url.replace("http", "ws") + "/v1/realtime") as ws:
-        ws.recv(timeout=30)
-        stalled = raw_request(server.url, speech())  # never read past the headers: aborted at the timeout
-        assert stalled.recv(4096).startswith(b"HTTP/1.1 200")
-        short: dict[str, bytes] = {}
-
-        def finish_short() -> None:
-            payload = speech(input="Finish me.")
-            with httpx.stream("POST", server.url + "/v1/audio/speech", json=payload, timeout=30) as r:
-                body = r.iter_raw()
-                short["first"] = next(body)
-                short["rest"] = b"".join(body)
-
-        reader = threading.Thread(target=finish_short)
-        reader.start()
-        while "first" not in short and reader.is_alive():
-            time.sleep(0.01)
+    # none of the raw clients reads before the signal, so their responses are all still in flight at the server
+    stack = contextlib.ExitStack()
+    finishing_ws, cut_ws = stack.enter_context(raw_ws(server.url)), stack.enter_context(raw_ws(server.url))
+    commit(finishing_ws, MEDIUM_TEXT)
+    commit(cut_ws, LONG_TEXT)
+    finishing_http = stack.enter_context(raw_request(server.url, speech(input=MEDIUM_TEXT)))
+    cut_http = stack.enter_context(raw_request(server.url, speech()))
+    try:
+        idle = stack.enter_context(connect(server.url.replace("http", "ws") + "/v1/realtime"))
+        idle.recv(timeout=30)
+        wait_for(lambda: scrape(server.url)[OPEN_WS] == 2 and scrape(server.url)[OPEN_HTTP] == 2, 10)
         t0 = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
-        reader.join(30)
-        assert short["rest"]  # the in-flight stream finished completely
-        with pytest.raises(ConnectionClosed) as closed:
-            while True:
-                ws.recv(timeout=10)
+        with pytest.raises(ConnectionClosed) as closed:  # an idle session is closed at once
+            idle.recv(timeout=timeout - 1)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
-    # uvicorn re-raises the signal once its graceful shutdown is over: -SIGTERM is a clean exit here
-    assert server.proc.wait(20) in (0, -signal.SIGTERM) and time.monotonic() - t0 < 3 * 2 + 5
+        refused = httpx.post(server.url + "/v1/audio/speech", json=speech(), timeout=5)  # the listener is open
+        assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1
+        assert refused.json()["error"]["code"] == "server_shutting_down"
+        assert httpx.get(server.url + "/health", timeout=5).json()["status"] == "draining"
+        with pytest.raises(InvalidStatus) as denied:
+            connect(server.url.replace("http", "ws") + "/v1/realtime", open_timeout=5)
+        assert denied.value.response.status_code == 503
+
+        events, code = events_until_close(finishing_ws)  # finished, then closed
+        assert events[-1]["type"] == "response.done" and events[-1]["response"]["status"] == "completed"
+        assert code == 1012 and time.monotonic() - t0 < timeout
+        body = read_response(finishing_http, timeout=timeout)
+        assert body.startswith(b"HTTP/1.1 200") and body.endswith(LAST_CHUNK)  # the whole chunked response
+
+        time.sleep(max(0.0, t0 + timeout + 0.2 - time.monotonic()))  # past the timeout: the rest is cut
+        events, code = events_until_close(cut_ws)
+        done = events[-1]
+        assert done["type"] == "response.done" and done["response"]["status"] == "failed"
+        assert done["response"]["status_details"]["error"]["code"] == "server_shutting_down" and code == 1012
+        body = read_response(cut_http, timeout=10)
+        assert body.startswith(b"HTTP/1.1 200") and not body.endswith(LAST_CHUNK)  # truncated
+        assert server.proc.wait(15) == 0 and time.monotonic() - t0 < timeout + 8
+    finally:
+        stack.close()
     with pytest.raises(httpx.TransportError):
         httpx.post(server.url + "/v1/audio/speech", json=speech(), timeout=2)
     assert not alive(codec)
-    stalled.close()
+
+
+def test_a_second_signal_cuts_the_drain_short(serve: type[Served]) -> None:
+    server = serve("--shutdown-timeout", "60")
+    stalled = raw_request(server.url, speech())  # never read: it would hold the drain for the whole minute
+    try:
+        wait_for(lambda: scrape(server.url)[OPEN_HTTP] == 1, 10)
+        t0 = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: httpx.get(server.url + "/health", timeout=5).json()["status"] == "draining", 5)
+        server.proc.send_signal(signal.SIGINT)
+        assert server.proc.wait(15) == 0 and time.monotonic() - t0 < 8
+    finally:
+        stalled.close()

@@ -1,39 +1,19 @@
-"""A Realtime client that stops reading: its response ends and frees everything the engine held for it."""
+"""A Realtime client that stops reading: its response ends and frees everything the engine held for it, and its
+connection is aborted, so the session's socket and task go too."""
 
 from __future__ import annotations
 
-import base64
-import json
-import os
 import socket
-import struct
 import time
 from collections.abc import Callable
 
 from tests.server.conftest import LiveServer
-from tests.server.leaks import leak_counts, wait_no_leaks
+from tests.server.leaks import leak_counts, scrape, wait_no_leaks
+from tests.server.rawclient import raw_ws, send_text
 from tests.server.test_abort_paths import LONG_TEXT
+from tests.server.test_load import peers
 
-
-def raw_ws(url: str) -> socket.socket:
-    """A WebSocket over a bare socket with a tiny receive buffer: after the handshake it reads nothing."""
-    host, port = url.removeprefix("http://").split(":")
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect((host, int(port)))
-    key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall((f"GET /v1/realtime HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
-    assert sock.recv(1024).startswith(b"HTTP/1.1 101")
-    return sock
-
-
-def send_text(sock: socket.socket, event: dict[str, object]) -> None:
-    payload = json.dumps(event).encode()
-    mask = os.urandom(4)
-    n = len(payload)
-    header = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack(">H", n))
-    sock.sendall(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+SESSIONS = "talkstream_realtime_sessions"
 
 
 def test_a_stalled_realtime_reader_is_dropped(make_server: Callable[..., LiveServer]) -> None:
@@ -55,6 +35,10 @@ def test_a_stalled_realtime_reader_is_dropped(make_server: Callable[..., LiveSer
             time.sleep(0.1)
             counts = leak_counts(server.url)
         assert not any(counts.values()), counts  # response ended; slot, stream and codec state freed
+        while client.getsockname() in peers(server) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert client.getsockname() not in peers(server)  # the server aborted the connection
+        assert scrape(server.url)[SESSIONS] == 0  # and the session ended
     finally:
         client.close()
     assert not (left := wait_no_leaks(server.url)), left
