@@ -12,6 +12,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from server.routes_realtime import MAX_RESPONSES_PER_SESSION
 from tests.server.conftest import API_KEY, LiveServer
 
 LONG_TEXT = "This sentence keeps going on and on so that the audio lasts for a good while. " * 12
@@ -148,6 +149,28 @@ def test_second_response_while_active_is_an_error(ws: ClientConnection) -> None:
     errors = [e for e in events if e["type"] == "error"]
     assert len(errors) == 1 and errors[0]["error"]["code"] == "conversation_already_has_active_response"
     assert events[-1]["response"]["status"] == "completed"
+
+
+def test_a_session_creates_at_most_1000_responses(ws: ClientConnection) -> None:
+    """The real limit, reached with responses cancelled as soon as they are created (1000 take about 2 s)."""
+    statuses: dict[str, int] = {}
+    for _ in range(MAX_RESPONSES_PER_SESSION):
+        send(ws, "input_text_buffer.append", text="Hi.")
+        send(ws, "input_text_buffer.commit")
+        send(ws, "response.cancel")
+        event = recv(ws)
+        while event["type"] != "response.done":  # deltas, or an error: the response was over before the cancel
+            assert event["type"] != "error" or event["error"]["code"] == "response_cancel_not_active", event
+            event = recv(ws)
+        statuses[event["response"]["status"]] = statuses.get(event["response"]["status"], 0) + 1
+    assert sum(statuses.values()) == MAX_RESPONSES_PER_SESSION and set(statuses) <= {"cancelled", "completed"}
+    send(ws, "input_text_buffer.append", text="One more.")
+    send(ws, "input_text_buffer.commit")
+    while (event := recv(ws))["type"] == "error" and event["error"]["code"] == "response_cancel_not_active":
+        pass
+    assert event["type"] == "error" and event["error"]["code"] == "session_response_limit", event
+    send(ws, "session.update", session={"voice": "alloy"})  # the session itself goes on
+    assert recv(ws)["type"] == "session.updated"
 
 
 def test_disconnect_cancels_the_response(live: LiveServer) -> None:
