@@ -78,7 +78,7 @@ class Engine:
             self._bridge = AsyncBridge(self._loop, self.pipeline, self._codec_pool, self._abort,
                                        codec_timeout_s=cfg.codec_timeout_s)
         else:
-            self._bridge = SyncBridge(self._loop, self.pipeline, self._abort)
+            self._bridge = SyncBridge(self._loop, self.pipeline, self._abort, cfg.codec_timeout_s)
         t = loaded.talker.cfg.talker
         runner = Runner(loaded.talker.model.talker, loaded.talker.cfg, cfg.max_batch, cfg.max_len,
                         cfg.text_width, loaded.device, next(loaded.talker.model.parameters()).dtype)
@@ -140,8 +140,8 @@ class Engine:
         if self._watchdog is not None:
             self._watchdog.cancel()
         if self.worker is not None:
-            self.worker.send(Stop())
-            await asyncio.to_thread(self.worker.join, 10.0)
+            self.worker.send(Stop())  # a dead engine's worker may be hung (sync mode: in the codec)
+            await asyncio.to_thread(self.worker.join, 10.0 if self.state is not EngineState.DEAD else 1.0)
         if self._bridge is not None:
             await self._bridge.stop()
         if self._codec_pool is not None:  # a dead engine's codec thread may be hung: do not wait for it
@@ -232,6 +232,8 @@ class Engine:
     def _check_workers(self) -> None:
         if self.state not in (EngineState.READY, EngineState.DRAINING):
             return
+        if isinstance(self._bridge, SyncBridge):
+            self._bridge.check_decode(time.monotonic())
         if self.worker is not None and not self.worker.alive:
             self._mark_dead(RuntimeError("the talker worker thread exited"))
         process = self._loaded.codec_process if self._loaded else None
