@@ -124,8 +124,9 @@ def test_sigterm_drains_then_exits(serve: type[Served]) -> None:
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
         refused = httpx.post(server.url + "/v1/audio/speech", json=speech(), timeout=5)  # the listener is open
         assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1
-        assert refused.json()["error"]["code"] == "server_shutting_down"
+        assert refused.json()["error"]["code"] == "server_shutting_down" and refused.headers["connection"] == "close"
         assert httpx.get(server.url + "/health", timeout=5).json()["status"] == "draining"
+        assert httpx.get(server.url + "/metrics", timeout=5).status_code == 200
         with pytest.raises(InvalidStatus) as denied:
             connect(server.url.replace("http", "ws") + "/v1/realtime", open_timeout=5)
         assert denied.value.response.status_code == 503
