@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from talker.kv_cache import SlotKVCache
@@ -130,15 +131,15 @@ class Runner:
         return codes
 
     def _predict(self, hidden: Tensor, code0: Tensor, bt: BatchTensors, u: Tensor) -> tuple[Tensor, Tensor]:
-        cp, fused = self.talker.code_predictor, self.predictor
+        fused = self.predictor
         emb = self.talker.embed_codec(code0)  # [B, H]
         emb_sum = emb.clone()
         codes = [code0]
         h = fused.step(torch.stack((hidden, emb), dim=1), 0)
         for g in range(1, self.groups):
-            code = sample(cp.lm_head[g - 1](h).float(), bt.predictor, u[:, g])
+            code = sample(F.linear(h, fused.heads[g - 1]).float(), bt.predictor, u[:, g])
             codes.append(code)
-            emb = cp.model.codec_embedding[g - 1](code)
+            emb = F.embedding(code, fused.embeddings[g - 1])
             emb_sum += emb
             if g < self.groups - 1:
                 h = fused.step(emb[:, None], g + 1)

@@ -118,11 +118,12 @@ def sample_host(logits: Tensor, p: RowParams, u: Tensor) -> Tensor:
     defaults), in numpy: a dozen small torch ops cost more in dispatch than the math, and this runs 16 times per
     Talker step. The candidates stay in quickselect order, which depends only on the row's logits."""
     x = logits.numpy()  # [B, V]
+    rows = np.arange(x.shape[0])
     ids = np.argpartition(x, -p.kmax, axis=-1)[:, -p.kmax :]  # [B, K]
-    values = np.take_along_axis(x, ids, axis=-1) / p.temperature.numpy()
+    values = x[rows[:, None], ids] / p.temperature.numpy()
     cdf = np.cumsum(np.exp(values - values.max(axis=-1, keepdims=True)), axis=-1)
     pick = np.minimum((cdf < u.numpy()[:, None] * cdf[:, -1:]).sum(axis=-1), p.kmax - 1)
-    tokens = np.take_along_axis(ids, pick[:, None], axis=-1)[:, 0]
+    tokens = ids[rows, pick]
     if p.any_greedy:
         tokens = np.where(p.greedy.numpy(), x.argmax(axis=-1), tokens)
     return torch.from_numpy(tokens)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from talker.models.qwen3_tts.layers import Attention, DecoderLayer, DecoderStack, rms_norm
 from talker.models.qwen3_tts.model import CodePredictor
@@ -44,8 +44,11 @@ class FusedPredictor:
         assert isinstance(arch_layer, Attention)
         self.hq, self.hkv, self.d = arch_layer.num_heads, arch_layer.num_kv_heads, arch_layer.head_dim
         self.eps = stack.norm.eps
-        self.project = cp.small_to_mtp_projection
+        project = cp.small_to_mtp_projection
+        self.project = (project.weight, project.bias) if isinstance(project, nn.Linear) else None
         self.norm = stack.norm.weight
+        self.heads: list[Tensor] = [head.weight for head in cp.lm_head]  # type: ignore[misc]  # [V, H_pred] each
+        self.embeddings: list[Tensor] = [emb.weight for emb in stack.codec_embedding]  # type: ignore[misc]  # [V, H]
         ref = stack.norm.weight
         rot = _rope_maps(stack, positions, ref.device)  # [P, D, D] float32
         self.layers = [_fuse(layer, rot, self.d) for layer in stack.layers if isinstance(layer, DecoderLayer)]
@@ -61,7 +64,9 @@ class FusedPredictor:
     def step(self, x: Tensor, start: int) -> Tensor:
         """x: [B, T, H_talker] at positions start..start+T-1 of every row -> last hidden [B, H_pred]."""
         b, t, _ = x.shape
-        x = self.project(x.reshape(b * t, -1))  # [B T, H], rows b-major
+        x = x.reshape(b * t, -1)  # [B T, H], rows b-major
+        if self.project is not None:
+            x = F.linear(x, *self.project)
         for i, layer in enumerate(self.layers):
             x = x + self._attend(i, layer, rms_norm(x, layer.ln1, self.eps), b, t, start)
             gate, up = F.linear(rms_norm(x, layer.ln2, self.eps), layer.gate_up).chunk(2, dim=-1)
@@ -74,7 +79,7 @@ class FusedPredictor:
         hq, hkv, d = self.hq, self.hkv, self.d
         g, end = hq // hkv, start + t
         # 1. q/k/v; q/k normalised (their norm weights live in the rope maps)
-        qk, v = F.linear(x, layer.qkv).view(b, t, hq + 2 * hkv, d).split((hq + hkv, hkv), dim=2)
+        qk, v = F.linear(x, layer.qkv).view(b, t, hq + 2 * hkv, d).split_with_sizes((hq + hkv, hkv), dim=2)
         qk = rms_norm(qk, None, self.eps)
         q = _rotate(qk[:, :, :hq], layer.rope_q, start)  # [B, T, Hq, D]
         k = _rotate(qk[:, :, hq:], layer.rope_k, start)  # [B, T, Hkv, D]

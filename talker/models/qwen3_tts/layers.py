@@ -40,7 +40,7 @@ def rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
         # 4 ops; F.rms_norm and x.pow(2).mean() + eps dispatch ~20 (Python scalars become tensors), and decode
         # steps are dispatch-bound. mean(x^2) + eps == |x|^2 / D + eps
         n = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-        out = x * torch.addcmul(_scalar(eps, x.device), n, n, value=1.0 / x.shape[-1]).rsqrt_()
+        out = x * torch.addcmul(_scalar(eps, x.get_device()), n, n, value=1.0 / x.shape[-1]).rsqrt_()
         return out if weight is None else out.mul_(weight)
     dtype = x.dtype
     x32 = x.float()
@@ -48,13 +48,14 @@ def rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
     return x32.to(dtype) if weight is None else weight * x32.to(dtype)
 
 
-_SCALARS: dict[tuple[float, torch.device], Tensor] = {}
+_SCALARS: dict[tuple[float, int], Tensor] = {}
 
 
-def _scalar(value: float, device: torch.device) -> Tensor:
+def _scalar(value: float, device: int) -> Tensor:
+    """A cached 0-d float32 tensor; device as `Tensor.get_device()` gives it (-1: CPU), cheaper than `.device`."""
     t = _SCALARS.get((value, device))
     if t is None:
-        t = _SCALARS[(value, device)] = torch.tensor(value, dtype=torch.float32, device=device)
+        t = _SCALARS[(value, device)] = torch.tensor(value, device="cpu" if device < 0 else device)
     return t
 
 
