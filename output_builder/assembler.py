@@ -41,7 +41,7 @@ class RequestOutput:
         self.frames += 1
         if self.frames >= self.max_frames:
             return self._close(FinishReason.MAX_FRAMES)
-        target = self.first_chunk if self.chunks == 0 else self.chunk
+        target = chunk_target(self.first_chunk, self.chunk, self.chunks)
         return self._cut(None) if len(self._pending) >= target else None
 
     def _close(self, reason: FinishReason) -> ChunkJob:
@@ -58,6 +58,18 @@ class RequestOutput:
         """Cancelled or failed: accept no more frames."""
         self.closed = True
         self._pending = []
+
+
+def chunk_target(first: int, largest: int, index: int) -> int:
+    """Frames in a request's chunk `index` (0-based): `first`, then doubling up to `largest` (1, 2, 4, 8, 8, ...).
+
+    Doubling keeps each chunk no longer than the audio already sent, so a player's buffer grows from the first
+    chunk on instead of draining while the first full-size chunk is generated; it also hands the codec work during
+    the steps that would otherwise only fill the first full chunk.
+    """
+    if index == 0:
+        return first
+    return min(first << min(index, 16), largest) if first < largest else largest
 
 
 @dataclass(slots=True)

@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 import torch
 
+from output_builder.assembler import chunk_target
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
+from talker.config import EngineConfig
 from talker.models.frontend import Frontend, load_tokenizer
 from talker.models.loader import LoadedTalker, load_talker
 from talker.request import SpeechRequest
@@ -27,7 +29,6 @@ from tests.talker.oracle_fixture import Case, Oracle, load_oracle, stale_reason
 CPU = torch.device("cpu")
 TOL = 1e-4  # waveforms
 LOGIT_TOL = 2e-6  # first-frame logits agree to ~2e-7; another speaker moves them by >= 3e-5 in the tiny model
-FIRST_CHUNK, CHUNK = 2, 8  # the engine's default chunking (EngineConfig.first_chunk_frames / chunk_frames)
 
 
 @pytest.fixture(scope="module")
@@ -141,10 +142,12 @@ def test_decoded_waveform_matches_the_official_decode(oracle: Oracle, codec: Qwe
 
 
 def chunk_sizes(total: int) -> list[int]:
+    """The engine's default chunking of a request of `total` frames."""
+    cfg = EngineConfig()
     sizes: list[int] = []
     done = 0
     while done < total:
-        sizes.append(min(FIRST_CHUNK if not sizes else CHUNK, total - done))
+        sizes.append(min(chunk_target(cfg.first_chunk_frames, cfg.chunk_frames, len(sizes)), total - done))
         done += sizes[-1]
     return sizes
 

@@ -1,0 +1,57 @@
+"""Frame assembly: chunk sizes double from the first chunk to the largest; EOS and max frames end a request."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from output_builder.assembler import RequestOutput, chunk_target
+from output_builder.streams import AudioStream
+from talker.request import FinishReason
+
+EOS = 99
+
+
+@pytest.mark.parametrize(("first", "largest", "want"), [
+    (1, 8, [1, 2, 4, 8, 8, 8]),
+    (2, 8, [2, 4, 8, 8, 8, 8]),
+    (3, 8, [3, 6, 8, 8, 8, 8]),
+    (8, 8, [8, 8, 8, 8, 8, 8]),
+    (12, 8, [12, 8, 8, 8, 8, 8]),
+])
+def test_chunk_sizes_double_up_to_the_largest(first: int, largest: int, want: list[int]) -> None:
+    assert [chunk_target(first, largest, i) for i in range(6)] == want
+    assert chunk_target(1, 8, 10_000) == 8
+
+
+def output(max_frames: int = 100) -> RequestOutput:
+    stream = AudioStream("r", 24000, 8.0, lambda rid: None, lambda rid, paused: None)
+    return RequestOutput("r", stream, max_frames, EOS, 1, 8)
+
+
+def frame(i: int) -> np.ndarray:
+    return np.full(4, i % EOS, dtype=np.int64)
+
+
+def test_push_cuts_doubling_chunks_then_the_rest_at_eos() -> None:
+    out = output()
+    sizes = []
+    for i in range(20):
+        job = out.push(frame(i))
+        if job is not None:
+            assert job.codes is not None and job.final is None
+            sizes.append(job.codes.shape[1])
+    assert sizes == [1, 2, 4, 8]  # 15 frames in chunks, 5 pending
+    last = out.push(np.full(4, EOS))
+    assert last is not None and last.final is FinishReason.EOS
+    assert last.codes is not None and last.codes.shape == (4, 5)
+    assert out.frames == 20 and out.push(frame(0)) is None  # closed
+
+
+def test_max_frames_closes_with_the_pending_frames() -> None:
+    out = output(max_frames=5)
+    jobs = [out.push(frame(i)) for i in range(5)]
+    sizes = [j.codes.shape[1] for j in jobs if j is not None and j.codes is not None]
+    assert sizes == [1, 2, 2]
+    final = jobs[-1]
+    assert final is not None and final.final is FinishReason.MAX_FRAMES
