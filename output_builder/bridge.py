@@ -6,7 +6,8 @@ is queued as one batch each time it is free (first chunks ahead of the rest, so 
 waits behind bulk decoding).
 sync mode: the same routing runs inline on the worker before its next step (the "before" picture), decoding each
 step's ready chunks as one batch.
-Both cut chunks identically, so they produce the same audio.
+Both cut chunks identically, so they produce the same audio, up to one rounding step of a sample where the codec's
+batches differ (measured: `talkstream bench step-gap` reports `max_sample_diff`).
 """
 
 from __future__ import annotations

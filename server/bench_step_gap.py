@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from output_builder.engine import Engine
 from output_builder.streams import AudioStream
 from talker.config import EngineConfig, OutputMode
@@ -77,6 +79,18 @@ def cpu_parallelism(n: int = 3_000_000) -> float:
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def max_sample_diff(a: list[bytes], b: list[bytes]) -> int | None:
+    """Largest |difference| between the two modes' int16 samples (None if some request's length differs)."""
+    worst = 0
+    for x, y in zip(a, b, strict=True):
+        if len(x) != len(y):
+            return None
+        if x != y:
+            diff = np.frombuffer(x, np.int16).astype(np.int32) - np.frombuffer(y, np.int16).astype(np.int32)
+            worst = max(worst, int(np.abs(diff).max()))
+    return worst
 
 
 async def _drain(stream: AudioStream) -> bytes:
@@ -160,6 +174,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     out["gap_ratio_mean"] = round(s["gap_us_mean"] / a["gap_us_mean"], 1)
     out["throughput_ratio"] = round(a["frames_per_s"] / s["frames_per_s"], 3)
     out["identical"] = results[OutputMode.SYNC].audio == results[OutputMode.ASYNC].audio
+    out["max_sample_diff"] = max_sample_diff(results[OutputMode.SYNC].audio, results[OutputMode.ASYNC].audio)
     out["batch"], out["frames_per_request"] = args.batch, args.steps
     out["memory"] = results[OutputMode.SYNC].memory  # the sync engine holds the codec here, so it sizes its state
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -188,7 +203,8 @@ def report(out: dict[str, Any]) -> None:
               f"mean {m['gap_us_mean']:8.1f} us  step {m['step_ms_p50']:6.2f} ms  "
               f"{m['frames_per_s']:7.1f} frames/s  {m['audio_s_per_s']:6.2f} audio s/s")
     print(f"gap ratio sync/async (p50): {out['gap_ratio']}x  (mean): {out['gap_ratio_mean']}x  "
-          f"throughput async/sync: {out['throughput_ratio']}  identical audio: {out['identical']}")
+          f"throughput async/sync: {out['throughput_ratio']}  identical audio: {out['identical']} "
+          f"(max sample difference {out['max_sample_diff']})")
     print(f"cores two busy processes got (before, after): {out['cpu_parallelism']}")
     mem = out["memory"]
     print(f"memory: {mem.get('bytes_per_request', 0) / 1024:.1f} KiB per active request "
