@@ -35,7 +35,7 @@ class EngineConfig:
     max_frames: int = 1024  # per request (82 s of audio); at most max_len // 2
     text_width: int = 4608  # text tokens per request (4096 characters of any script fit)
     first_chunk_frames: int = 1  # 80 ms of audio: the first chunk leaves after one step
-    chunk_frames: int = 8
+    chunk_frames: int = 8  # the largest chunk: sizes double from first_chunk_frames up to it
     max_ahead_s: float = 8.0  # audio buffered ahead of a reader before its request is paused
     reader_timeout_s: float = 30.0  # a reader that reads nothing for this long while audio waits is dropped
     codec_timeout_s: float = 30.0  # a codec decode call that takes longer fails its requests and kills the engine
