@@ -44,14 +44,6 @@ class RequestOutput:
         target = chunk_target(self.first_chunk, self.chunk, self.chunks)
         return self._cut(None) if len(self._pending) >= target else None
 
-    @property
-    def pending_frames(self) -> int:
-        return len(self._pending)
-
-    def cut_early(self) -> ChunkJob | None:
-        """The frames pending so far as a chunk, before the target size (the codec is idle: decode now)."""
-        return None if self.closed or not self._pending else self._cut(None)
-
     def _close(self, reason: FinishReason) -> ChunkJob:
         self.closed = True
         return self._cut(reason)

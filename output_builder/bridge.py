@@ -3,8 +3,7 @@
 async mode: the worker's `publish` appends to a deque; a consumer task on the event loop takes snapshots in order,
 waits for each copy off-loop and routes rows to requests; ready chunks queue for the codec, which decodes whatever
 is queued as one batch each time it is free (first chunks ahead of the rest, so a new request's first audio never
-waits behind bulk decoding). With `adaptive_chunks`, a codec with nothing queued also takes the frames that are
-short of a chunk, so it keeps pace with the Talker and little is left to decode after the last step.
+waits behind bulk decoding).
 sync mode: the same routing runs inline on the worker before its next step (the "before" picture), decoding each
 step's ready chunks as one batch.
 Both cut chunks identically, so they produce the same audio, up to one rounding step of a sample where the codec's
@@ -90,14 +89,10 @@ class ChunkDecoder:
 class OutputPipeline:
     """Routing and delivery shared by both modes. `deliver*` run on the event loop."""
 
-    def __init__(
-        self, decoder: ChunkDecoder, on_fatal: Callable[[BaseException], None], adaptive: bool = False,
-    ) -> None:
+    def __init__(self, decoder: ChunkDecoder, on_fatal: Callable[[BaseException], None]) -> None:
         self.decoder = decoder
         self.on_fatal = on_fatal
-        self.adaptive = adaptive  # track partial chunks for `cut_early`
         self.jobs_in_flight = 0
-        self.partial: dict[int, RequestOutput] = {}  # stream id -> output holding frames short of a chunk
 
     def route(self, snap: StepSnapshot) -> list[ChunkJob]:
         """Rows of a resolved snapshot → ready chunks (in batch order)."""
@@ -105,20 +100,10 @@ class OutputPipeline:
         codes = snap.codes.numpy()  # [B, G]
         jobs = []
         for row, seq in enumerate(snap.seqs):
-            out: RequestOutput = seq.sink
-            job = out.push(codes[row])
+            job = seq.sink.push(codes[row])
             if job is not None:
                 jobs.append(job)
-                self.partial.pop(out.stream_id, None)
-            elif self.adaptive and out.pending_frames:
-                self.partial[out.stream_id] = out
         snap.release()
-        return jobs
-
-    def cut_early(self) -> list[ChunkJob]:
-        """Every request's frames short of a chunk, as chunks now (for an idle codec)."""
-        jobs = [job for out in self.partial.values() if not out.stream.done and (job := out.cut_early())]
-        self.partial.clear()
         return jobs
 
     def deliver(self, jobs: list[ChunkJob], pcm: list[np.ndarray | None]) -> None:
@@ -242,15 +227,11 @@ class AsyncBridge:
         if jobs:
             self._queued += jobs
             self.pipeline.jobs_in_flight += len(jobs)
-        if jobs or self.pipeline.partial:
             self._has_work.set()
 
     async def _feed_codec(self) -> None:
         """One decode call at a time, each taking what queued meanwhile."""
         while self._queued or not self._closing:
-            if not self._queued and self.pipeline.adaptive:
-                self._queued = self.pipeline.cut_early()  # work-conserving: an idle codec takes partial chunks
-                self.pipeline.jobs_in_flight += len(self._queued)
             if not self._queued:
                 self._has_work.clear()
                 await self._has_work.wait()

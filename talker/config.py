@@ -36,8 +36,6 @@ class EngineConfig:
     text_width: int = 4608  # text tokens per request (4096 characters of any script fit)
     first_chunk_frames: int = 1  # 80 ms of audio: the first chunk leaves after one step
     chunk_frames: int = 8  # the largest chunk: sizes double from first_chunk_frames up to it
-    adaptive_chunks: bool = True  # an idle codec also takes frames short of a chunk (async mode): less tail, but
-    #   the chunking then depends on timing, so a seed's audio may differ by one rounding step from run to run
     max_ahead_s: float = 8.0  # audio buffered ahead of a reader before its request is paused
     reader_timeout_s: float = 30.0  # a reader that reads nothing for this long while audio waits is dropped
     codec_timeout_s: float = 30.0  # a codec decode call that takes longer fails its requests and kills the engine

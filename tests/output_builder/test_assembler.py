@@ -55,16 +55,3 @@ def test_max_frames_closes_with_the_pending_frames() -> None:
     assert sizes == [1, 2, 2]
     final = jobs[-1]
     assert final is not None and final.final is FinishReason.MAX_FRAMES
-
-
-def test_cut_early_takes_the_pending_frames_and_the_ramp_goes_on() -> None:
-    out = output()
-    assert out.cut_early() is None  # nothing pending
-    out.push(frame(0))  # first chunk (1 frame) leaves at once
-    out.push(frame(1))  # 1 of 2 pending
-    early = out.cut_early()
-    assert early is not None and early.codes is not None and early.codes.shape == (4, 1) and early.final is None
-    sizes = [job.codes.shape[1] for i in range(2, 10) if (job := out.push(frame(i))) and job.codes is not None]
-    assert sizes == [4]  # the next target is the third chunk's, 4 frames
-    out.abandon()
-    assert out.cut_early() is None

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import numpy as np
 import pytest
 from websockets.sync.client import connect
 
@@ -68,11 +67,9 @@ def test_temperature_zero_is_greedy_for_talker_and_code_predictor(client: httpx.
     audio = [
         client.post("/v1/audio/speech", json={**BODY, "temperature": 0.0, "seed": seed}).content for seed in (1, 2)
     ]
-    a, b = (np.frombuffer(pcm, np.int16).astype(np.int32) for pcm in audio)
-    assert a.size > 0 and a.shape == b.shape and int(np.abs(a - b).max()) <= 1  # one rounding step: adaptive chunks
+    assert audio[0] == audio[1] and len(audio[0]) > 0
     sampled = [client.post("/v1/audio/speech", json={**BODY, "seed": seed}).content for seed in (1, 2)]
-    x, y = (np.frombuffer(pcm, np.int16).astype(np.int32) for pcm in sampled)
-    assert x.shape != y.shape or int(np.abs(x - y).max()) > 1
+    assert sampled[0] != sampled[1]
 
 
 @pytest.mark.parametrize(
