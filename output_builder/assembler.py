@@ -52,7 +52,7 @@ class RequestOutput:
         codes = np.stack(self._pending, axis=1) if self._pending else None  # [G, N]
         self._pending = []
         self.chunks += 1
-        return ChunkJob(self, codes, final, first=self.chunks == 1)
+        return ChunkJob(self, codes, final)
 
     def abandon(self) -> None:
         """Cancelled or failed: accept no more frames."""
@@ -79,4 +79,3 @@ class ChunkJob:
     out: RequestOutput
     codes: np.ndarray | None  # [G, N], None when a final chunk has no new frames
     final: FinishReason | None
-    first: bool = False  # the request's first chunk: its first audio

@@ -1,13 +1,10 @@
 """The one bridge from the Talker worker to asyncio, and the output work behind it.
 
-async mode: the worker's `publish` appends to a deque; a consumer task on the event loop takes snapshots in order,
-waits for each copy off-loop and routes rows to requests; ready chunks queue for the codec, which decodes whatever
-is queued as one batch each time it is free (first chunks ahead of the rest, so a new request's first audio never
-waits behind bulk decoding).
-sync mode: the same routing runs inline on the worker before its next step (the "before" picture), decoding each
-step's ready chunks as one batch.
-Both cut chunks identically, so they produce the same audio, up to one rounding step of a sample where the codec's
-batches differ (measured: `talkstream bench step-gap` reports `max_sample_diff`).
+async mode: the worker's `publish` is one `call_soon_threadsafe` per step; a consumer task on the event loop takes
+snapshots in order, waits for each copy off-loop, routes rows to requests, and decodes each step's ready chunks
+as one batch on the codec worker thread.
+sync mode: the same routing and decoding run inline on the worker before its next step (the "before" picture).
+Both cut and batch chunks identically, so they produce byte-identical audio.
 """
 
 from __future__ import annotations
@@ -160,9 +157,6 @@ class AsyncBridge:
         self._parked = True
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._queued: list[ChunkJob] = []  # routed chunks waiting for the codec, in arrival order
-        self._has_work = asyncio.Event()
-        self._closing = False
 
     def publish(self, snapshot: StepSnapshot | None) -> None:  # worker thread
         self._ready.append(snapshot)
@@ -204,66 +198,31 @@ class AsyncBridge:
         return self._ready.popleft()
 
     async def _consume(self) -> None:
-        feeder = self.loop.create_task(self._feed_codec(), name="codec-feeder")
-        try:
-            while (snap := await self._next()) is not None:
-                try:
-                    await self._route(snap)
-                except Exception:  # a bug here must not kill the output path for everyone
-                    log.exception("output builder failed on step %d", snap.step)
-            self._closing = True
-            self._has_work.set()
-            await feeder
-        finally:
-            feeder.cancel()
+        while (snap := await self._next()) is not None:
+            try:
+                await self._process(snap)
+            except Exception:  # a bug here must not kill the output path for everyone
+                log.exception("output builder failed on step %d", snap.step)
 
-    async def _route(self, snap: StepSnapshot) -> None:
+    async def _process(self, snap: StepSnapshot) -> None:
         if snap.error is not None:
             self.pipeline.fail_step(snap)
             return
         if not snap.fence.done():
             await self.loop.run_in_executor(self.pool, snap.fence.wait)
         jobs = self.pipeline.route(snap)
-        if jobs:
-            self._queued += jobs
-            self.pipeline.jobs_in_flight += len(jobs)
-            self._has_work.set()
+        if not jobs:
+            return
+        self.pipeline.jobs_in_flight += len(jobs)
+        try:
+            pcm = await self._decode(jobs)
+        except Exception as exc:
+            self.pipeline.fail_jobs(jobs, exc, self.on_abort)
+        else:
+            self.pipeline.deliver(jobs, pcm)
+        finally:
+            self.pipeline.jobs_in_flight -= len(jobs)
 
-    async def _feed_codec(self) -> None:
-        """One decode call at a time, each taking what queued meanwhile."""
-        while self._queued or not self._closing:
-            if not self._queued:
-                self._has_work.clear()
-                await self._has_work.wait()
-                continue
-            jobs = self._take()
-            try:
-                pcm = await self._decode(jobs)
-            except Exception as exc:
-                self.pipeline.fail_jobs(jobs, exc, self.on_abort)
-            else:
-                try:
-                    self.pipeline.deliver(jobs, pcm)
-                except Exception:
-                    log.exception("delivering decoded audio failed")
-            finally:
-                self.pipeline.jobs_in_flight -= len(jobs)
-
-    def _take(self) -> list[ChunkJob]:
-        """The next batch: the queued first chunks when there are any, else every queued job but a request's later
-        chunks (its state is stateful: one chunk per call, in order)."""
-        first = [j for j in self._queued if j.first]
-        if first:
-            self._queued = [j for j in self._queued if not j.first]
-            return first
-        taken: list[ChunkJob] = []
-        rest: list[ChunkJob] = []
-        streams: set[int] = set()
-        for job in self._queued:
-            (rest if job.out.stream_id in streams else taken).append(job)
-            streams.add(job.out.stream_id)
-        self._queued = rest
-        return taken
 
     async def _decode(self, jobs: list[ChunkJob]) -> list[np.ndarray | None]:
         call = self.loop.run_in_executor(self.pool, self.pipeline.decoder.decode, jobs)
