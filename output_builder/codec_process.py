@@ -55,14 +55,16 @@ def decode_batch(codec: object, states: dict[int, object], req: DecodeRequest) -
             states.pop(sid, None)
 
 
-def _serve(conn: Connection, path: str, device: str, threads: int) -> None:
+def _serve(conn: Connection, path: str, device: str, threads: int, kernels_dir: str) -> None:
     import torch
 
+    from output_builder.codecs.native import load_native
     from output_builder.codecs.qwen12hz import Qwen12HzCodec
 
     torch.set_num_threads(threads)
     try:
         codec = Qwen12HzCodec.from_pretrained(Path(path), device=torch.device(device))
+        codec.use_native(load_native(Path(kernels_dir)) if kernels_dir else None)
         conn.send(("ready", None))
     except Exception as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -86,10 +88,10 @@ def _serve(conn: Connection, path: str, device: str, threads: int) -> None:
 class CodecProcess:
     """Parent side. `decode` is called by one thread at a time (the codec worker thread)."""
 
-    def __init__(self, path: Path, device: str, threads: int) -> None:
+    def __init__(self, path: Path, device: str, threads: int, kernels_dir: Path | None = None) -> None:
         ours, theirs = socket.socketpair()
         cmd = [sys.executable, "-m", "output_builder.codec_process", str(theirs.fileno()), str(path), device,
-               str(threads)]
+               str(threads), str(kernels_dir or "")]
         self._proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),))
         theirs.close()
         self._conn = Connection(ours.detach())
@@ -136,4 +138,4 @@ class CodecProcess:
 
 
 if __name__ == "__main__":
-    _serve(Connection(int(sys.argv[1])), sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    _serve(Connection(int(sys.argv[1])), sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])

@@ -14,6 +14,7 @@ import torch
 from output_builder.assembler import RequestOutput
 from output_builder.bridge import AsyncBridge, ChunkDecoder, InProcessCodec, OutputPipeline, SyncBridge
 from output_builder.codec_process import CodecProcess
+from output_builder.codecs.native import load_native
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
 from output_builder.streams import AudioStream
 from talker.config import EngineConfig, OutputMode
@@ -102,10 +103,12 @@ class Engine:
         codec_dir = path / "speech_tokenizer"
         sample_rate = int(read_json(codec_dir / "config.json").get("output_sample_rate", 24000))
         codec, process = None, None
+        kernels_dir = cfg.cache_dir if cfg.native_kernels and device.type == "cpu" else None
         if cfg.output_mode is OutputMode.ASYNC:
-            process = CodecProcess(codec_dir, str(device), cfg.torch_threads)
+            process = CodecProcess(codec_dir, str(device), cfg.torch_threads, kernels_dir)
         else:
             codec = Qwen12HzCodec.from_pretrained(codec_dir, device=device)
+            codec.use_native(load_native(kernels_dir) if kernels_dir else None)
         max_frames = min(cfg.max_frames, cfg.max_len // 2)
         frontend = Frontend(talker.cfg, talker.generation, load_tokenizer(path), max_frames, cfg.text_width,
                             cfg.max_len - max_frames)

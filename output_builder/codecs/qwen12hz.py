@@ -18,6 +18,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
+from output_builder.codecs.native import NativeKernels
 from output_builder.codecs.qwen12hz_layers import (
     CausalConv1d,
     CausalTransConv1d,
@@ -294,6 +295,10 @@ class Qwen12HzCodec:
             wav[i, job.context * spf : (job.context + job.new_frames) * spf].clone()
             for i, job in enumerate(chunks)
         ]
+
+    def use_native(self, kernels: NativeKernels | None) -> None:
+        """Streaming decode on the CPU runs its convolutions and SnakeBeta through ``kernels`` (None: torch)."""
+        self._streamer.ops.native = kernels
 
     def open_stream(self) -> DecodeStream:
         """A fresh per-request decoder state (zeros: the one-shot padding) for :meth:`decode_streams`."""

@@ -13,15 +13,16 @@ A fresh state is all zeros, which is exactly the one-shot zero padding, so chunk
 Streams at different positions batch together: positions and the key mask are per batch row.
 
 Hot path (one CPU thread): a transposed conv runs as a polyphase conv1d (kernel ``ceil(k / s)``, ``C_out * s``
-outputs); SnakeBeta writes straight into the next conv's padded input buffer instead of a ``cat``; small
-convs run as im2col GEMMs and the residual 1x1 convs as ``baddbmm``, which also adds the skip connection.
+outputs); SnakeBeta writes straight into the next conv's padded input buffer instead of a ``cat``; the
+residual 1x1 convs also add the skip connection. ``CodecOps`` runs the convs and SnakeBeta as fused native
+kernels when they are loaded, else in torch (small convs as im2col GEMMs).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -40,6 +41,7 @@ from output_builder.codecs.qwen12hz_layers import (
     SnakeBeta,
     TransformerLayer,
 )
+from output_builder.codecs.qwen12hz_ops import CodecOps, Derived, snake_scales, trans_as_conv
 
 if TYPE_CHECKING:
     from output_builder.codecs.qwen12hz import Qwen12HzDecoder
@@ -77,95 +79,26 @@ def _state_shape(module: nn.Module, window: int) -> tuple[int, ...] | None:
     return None
 
 
-class _Derived:
-    """Per-layer tensors derived from weights (snake scales, transposed-conv weights), rebuilt on change."""
-
-    def __init__(self) -> None:
-        self._cache: dict[nn.Module, tuple[tuple[int, ...], tuple[Tensor, ...]]] = {}
-
-    def get(self, layer: nn.Module, make: Callable[[], tuple[Tensor, ...]]) -> tuple[Tensor, ...]:
-        key = tuple(v for p in layer.parameters() for v in (p.data_ptr(), p._version))
-        hit = self._cache.get(layer)
-        if hit is None or hit[0] != key:
-            hit = self._cache[layer] = (key, make())
-        return hit[1]
-
-
-def snake_scales(act: SnakeBeta) -> tuple[Tensor, Tensor]:
-    """e^alpha and 1 / (e^beta + 1e-9), each [1, C, 1], computed exactly as ``SnakeBeta.forward``."""
-    alpha = act.alpha.exp()[None, :, None]
-    return alpha, 1.0 / (act.beta.exp()[None, :, None] + 1e-9)
-
-
-def trans_as_conv(layer: CausalTransConv1d, taps: int) -> tuple[Tensor, Tensor]:
-    """ConvTranspose weight [C_in, C_out, K] -> conv1d weight [C_out * s, C_in, taps] and bias [C_out * s].
-
-    Transposed-conv output t * s + j is ``sum_m W[:, :, m * s + j] . x[t - m]``; conv tap p reads
-    x[t - (taps - 1) + p], so tap p holds offset m = taps - 1 - p.
-    """
-    weight, stride = layer.conv.weight, layer.stride
-    c_in, c_out = weight.shape[0], weight.shape[1]
-    weight = F.pad(weight, (0, taps * stride - weight.shape[-1]))  # [C_in, C_out, taps * s]
-    weight = weight.unflatten(-1, (taps, stride)).flip(2)  # [C_in, C_out, taps (p), s (j)]
-    weight = weight.permute(1, 3, 0, 2).reshape(c_out * stride, c_in, taps)
-    bias = layer.conv.bias if layer.conv.bias is not None else weight.new_zeros(c_out)
-    return weight, bias.repeat_interleave(stride)
-
-
-_GEMM_MAX_INPUT = 65536  # input elements up to which the im2col GEMM beats conv1d (measured)
-
-
-def conv_valid(x: Tensor, weight: Tensor, bias: Tensor | None, dilation: int = 1, groups: int = 1) -> Tensor:
-    """conv1d without padding; small inputs run as an im2col GEMM (plain or depthwise).
-
-    conv1d sends small inputs (a few frames) to slow unbatched kernels, dilated ones especially.
-    """
-    # x: [B, C_in, L]; weight: [C_out, C_in / groups, K] -> [B, C_out, L - (K - 1) * dilation]
-    (b, c, length), (c_out, _, k) = x.shape, weight.shape
-    t, (s0, s1, s2) = length - (k - 1) * dilation, x.stride()
-    small = x.numel() <= _GEMM_MAX_INPUT
-    if small and groups == 1:
-        cols = x.as_strided((b, c, k, t), (s0, s1, dilation * s2, s2)).reshape(b, c * k, t)  # [B, C*K, T]
-        flat = weight.reshape(c_out, c * k)
-        if bias is None:
-            return torch.matmul(flat, cols)
-        if b == 1:
-            return torch.addmm(bias[:, None], flat, cols[0])[None]
-        return torch.baddbmm(bias[None, :, None], flat.expand(b, -1, -1), cols)
-    if small and groups == c == c_out:
-        cols = x.as_strided((b, c, t, k), (s0, s1, s2, dilation * s2))  # cols: [B, C, T, K]
-        out = torch.matmul(cols, weight.view(c, k, 1)).squeeze(-1)  # out: [B, C, T]
-        return out if bias is None else out.add_(bias[:, None])
-    return F.conv1d(x, weight, bias, dilation=dilation, groups=groups)
-
-
-def run_conv(conv: nn.Conv1d, x: Tensor) -> Tensor:
-    # x: [B, C_in, L] -> [B, C_out, L - (K - 1) * dilation]
-    return conv_valid(x, conv.weight, conv.bias, conv.dilation[0], conv.groups)
-
-
 class _Pass:
     """One batched step's view of the states: reads ``old`` slots, records the ``new`` ones (as views)."""
 
-    def __init__(self, index: dict[nn.Module, int], old: list[Tensor], derived: _Derived) -> None:
-        self.index, self.old, self.new, self.derived = index, old, list(old), derived
+    def __init__(self, index: dict[nn.Module, int], old: list[Tensor], derived: Derived, ops: CodecOps) -> None:
+        self.index, self.old, self.new, self.derived, self.ops = index, old, list(old), derived, ops
 
     def conv(self, layer: CausalConv1d, x: Tensor) -> Tensor:
         # x: [B, C_in, N] -> [B, C_out, N]
         slot = self.index.get(layer)
         if slot is None:
-            return run_conv(layer.conv, x)
+            return self.ops.run(layer.conv, x)
         full = torch.cat((self.old[slot], x), dim=-1)  # full: [B, C_in, pad + N]
         self.new[slot] = full[..., x.shape[-1] :]
-        return run_conv(layer.conv, full)
+        return self.ops.run(layer.conv, full)
 
     def snake(self, act: SnakeBeta, x: Tensor, out: Tensor | None = None) -> Tensor:
         """``SnakeBeta`` with the same arithmetic, in one temporary, optionally written into ``out``."""
         # x: [B, C, T]
         alpha, inv_beta = self.derived.get(act, lambda: snake_scales(act))
-        s = torch.mul(x, alpha)
-        s.sin_().pow_(2)
-        return torch.addcmul(x, s, inv_beta, out=out if out is not None else s)
+        return self.ops.snake(x, alpha, inv_beta, out)
 
     def snake_padded(self, act: SnakeBeta, layer: nn.Module, x: Tensor) -> Tensor:
         """snake(x) written right after ``layer``'s cached input samples: [B, C, keep + N], no cat."""
@@ -181,7 +114,7 @@ class _Pass:
         """Transposed conv of the last N inputs of ``full`` [B, C_in, keep + N] -> [B, C_out, N * s]."""
         taps = full.shape[-1] - n + 1
         weight, bias = self.derived.get(layer, lambda: trans_as_conv(layer, taps))
-        y = conv_valid(full, weight, bias)  # y: [B, C_out * s, N], channel o * s + j
+        y = self.ops.conv(full, weight, bias)  # y: [B, C_out * s, N], channel o * s + j
         return y.unflatten(1, (-1, layer.stride)).transpose(2, 3).reshape(y.shape[0], -1, n * layer.stride)
 
     def kv(self, attn: Attention, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -227,7 +160,8 @@ class StreamingDecoder:
                 self.layout.append((self.state_size, math.prod(shape), shape))
                 self.state_size += math.prod(shape)
         self._freq: Tensor | None = None
-        self.derived = _Derived()
+        self.derived = Derived()
+        self.ops = CodecOps()  # ops.native: fused CPU kernels, None for the torch path
 
     def open(self) -> DecodeStream:
         param = next(self.module.parameters())
@@ -285,7 +219,7 @@ class StreamingDecoder:
 
         Returns the clamped waveform [B, N * samples_per_frame] and the new stacked states (views).
         """
-        m, run = self.module, _Pass(self.index, slots, self.derived)
+        m, run = self.module, _Pass(self.index, slots, self.derived, self.ops)
         h = run.conv(m.pre_conv, m.quantizer.decode(codes))  # h: [B, latent, N]
         h = self._transformer(run, h.transpose(1, 2), start).transpose(1, 2)
         for stage in m.upsample:
@@ -297,7 +231,7 @@ class StreamingDecoder:
         for block in stages[1:-2]:
             h = self._decoder_block(run, cast(DecoderBlock, block), h)
         final = cast(CausalConv1d, stages[-1])
-        h = run_conv(final.conv, run.snake_padded(cast(SnakeBeta, stages[-2]), final, h))
+        h = self.ops.run(final.conv, run.snake_padded(cast(SnakeBeta, stages[-2]), final, h))
         return h.squeeze(1).clamp(-1.0, 1.0), run.new
 
     def _convnext(self, run: _Pass, block: ConvNeXtBlock, x: Tensor) -> Tensor:
@@ -317,11 +251,8 @@ class StreamingDecoder:
 
     def _residual_unit(self, run: _Pass, unit: ResidualUnit, x: Tensor) -> Tensor:
         # x: [B, C, T]
-        h = run.snake(unit.act2, run_conv(unit.conv1.conv, run.snake_padded(unit.act1, unit.conv1, x)))
-        # 1x1 conv as a batched GEMM that also adds the residual (conv1d is slow here for B > 1)
-        conv2 = unit.conv2.conv
-        out = torch.baddbmm(x, conv2.weight[:, :, 0].expand(x.shape[0], -1, -1), h)  # out: x + W h
-        return out if conv2.bias is None else out.add_(conv2.bias[:, None])
+        h = run.snake(unit.act2, self.ops.run(unit.conv1.conv, run.snake_padded(unit.act1, unit.conv1, x)))
+        return self.ops.run(unit.conv2.conv, h, residual=x)  # x + conv2(h)
 
     def _transformer(self, run: _Pass, x: Tensor, start: Tensor) -> Tensor:
         # x: [B, N, latent] -> [B, N, latent]; frame i of row b sits at position start[b] + i

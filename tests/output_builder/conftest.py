@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from output_builder.codecs import Qwen12HzCodec
+from output_builder.codecs.native import NativeKernels, load_native
 from tests.conftest import OFFICIAL_TINY
 
 
@@ -15,3 +18,11 @@ def official() -> Qwen12HzCodec:
     if not codec_dir.is_dir():
         pytest.skip("shared Qwen3-TTS fixture not present")
     return Qwen12HzCodec.from_pretrained(codec_dir)
+
+
+@pytest.fixture(scope="session")
+def native_kernels(tiny_cache: Path) -> NativeKernels:
+    """The codec's compiled CPU kernels; the machines this suite runs on have a C compiler, so they must build."""
+    kernels = load_native(tiny_cache)
+    assert kernels is not None, "the native codec kernels did not build (see the log)"
+    return kernels

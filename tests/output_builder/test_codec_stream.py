@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from output_builder.codecs import CodecConfig, Qwen12HzCodec, Qwen12HzDecoder
+from output_builder.codecs.native import NativeKernels
 from output_builder.codecs.qwen12hz_stream import DecodeStream, StreamingDecoder
 
 CODEC_DIR = (Path(__file__).resolve().parents[2] / "../shared/fixtures/qwen3-tts-tiny-official-cv").resolve()
@@ -36,6 +37,12 @@ def gqa_codec() -> Qwen12HzCodec:
     """Two layers, grouped-query attention and an 8-frame window: eviction within a few chunks."""
     cfg = replace(CodecConfig.tiny(), num_hidden_layers=2, num_key_value_heads=1, sliding_window=8)
     return Qwen12HzCodec.from_config(cfg, seed=3)
+
+
+@pytest.fixture(params=["torch", "native"])
+def ops(request: pytest.FixtureRequest, native_kernels: NativeKernels) -> Iterator[NativeKernels | None]:
+    """Runs a test on the torch ops and on the fused native kernels; codecs pass it to ``use_native``."""
+    yield native_kernels if request.param == "native" else None
 
 
 def random_codes(frames: int, seed: int) -> torch.Tensor:
@@ -88,8 +95,11 @@ def stream_together(
 
 @pytest.mark.parametrize("plan", PLANS.values(), ids=PLANS.keys())
 @pytest.mark.parametrize("which", ["official", "random_codec"])
-def test_chunked_stream_equals_one_shot(which: str, plan: Plan, request: pytest.FixtureRequest) -> None:
+def test_chunked_stream_equals_one_shot(
+    which: str, plan: Plan, ops: NativeKernels | None, request: pytest.FixtureRequest
+) -> None:
     codec: Qwen12HzCodec = request.getfixturevalue(which)
+    codec.use_native(ops)
     codes = random_codes(FRAMES, seed=sum(plan[1]))
     full = codec.decode(codes[None])[0]
     err = max_error(stream_alone(codec, codes, plan), full)
@@ -98,9 +108,10 @@ def test_chunked_stream_equals_one_shot(which: str, plan: Plan, request: pytest.
 
 @pytest.mark.parametrize("which", ["official", "random_codec", "gqa_codec"])
 def test_streams_decoded_together_each_equal_their_one_shot(
-    which: str, request: pytest.FixtureRequest
+    which: str, ops: NativeKernels | None, request: pytest.FixtureRequest
 ) -> None:
     codec: Qwen12HzCodec = request.getfixturevalue(which)
+    codec.use_native(ops)
     streams = [random_codes(n, seed=n) for n in (FRAMES, 77, 30)]
     plans = [PLANS["three_five_seven"], PLANS["ones"], PLANS["two_then_eights"]]
     for codes, got in zip(streams, stream_together(codec, streams, plans), strict=True):
@@ -108,8 +119,9 @@ def test_streams_decoded_together_each_equal_their_one_shot(
         assert err <= TOL, f"{codes.shape[-1]} frames: max error {err}"
 
 
-def test_batch_mates_do_not_change_a_stream(random_codec: Qwen12HzCodec) -> None:
+def test_batch_mates_do_not_change_a_stream(random_codec: Qwen12HzCodec, ops: NativeKernels | None) -> None:
     codec, codes = random_codec, random_codes(96, seed=1)
+    codec.use_native(ops)
     alone = stream_alone(codec, codes, ((), (8,)))
     mates = [codec.open_stream() for _ in range(3)]
     codec.decode_streams([(mates[0], random_codes(40, seed=2))])  # mates sit at other positions

@@ -1,0 +1,105 @@
+"""The codec's native CPU kernels: equal to their torch definitions, cached, and optional."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from output_builder.codecs import native
+from output_builder.codecs.native import NativeKernels, load_native
+
+TOL = 2e-5
+
+
+def snake_reference(x: torch.Tensor, alpha: torch.Tensor, inv_beta: torch.Tensor) -> torch.Tensor:
+    return x + inv_beta[None, :, None] * torch.sin(x * alpha[None, :, None]).pow(2)
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 1920), (3, 8, 37), (2, 64, 5), (1, 1, 1)])
+def test_snake_equals_torch(native_kernels: NativeKernels, shape: tuple[int, int, int]) -> None:
+    gen = torch.Generator().manual_seed(sum(shape))
+    x = torch.randn(shape, generator=gen) * 3
+    alpha, inv_beta = torch.rand(shape[1], generator=gen) + 0.2, torch.rand(shape[1], generator=gen) * 4
+    got = native_kernels.snake(x, alpha, inv_beta, torch.empty_like(x))
+    assert (got - snake_reference(x, alpha, inv_beta)).abs().max().item() <= TOL
+
+
+def test_snake_writes_into_a_strided_slice(native_kernels: NativeKernels) -> None:
+    x, alpha, inv_beta = torch.randn(2, 4, 50), torch.rand(4) + 0.5, torch.rand(4)
+    buffer = torch.full((2, 4, 56), 7.0)
+    native_kernels.snake(x, alpha, inv_beta, buffer[..., 6:])
+    assert torch.equal(buffer[..., :6], torch.full((2, 4, 6), 7.0))
+    assert (buffer[..., 6:] - snake_reference(x, alpha, inv_beta)).abs().max().item() <= TOL
+
+
+# (batch, c_in, c_out, taps, dilation, length): register blocks, leftover channels, a time tail, 1x1 and dilated
+CONVS = [(2, 4, 4, 7, 1, 64), (1, 4, 1, 7, 9, 50), (3, 8, 12, 2, 1, 33), (1, 16, 5, 3, 3, 17), (2, 6, 8, 1, 1, 7)]
+
+
+@pytest.mark.parametrize("case", CONVS, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_conv_equals_torch(native_kernels: NativeKernels, case: tuple[int, ...], with_residual: bool) -> None:
+    b, c_in, c_out, taps, dilation, length = case
+    gen = torch.Generator().manual_seed(length)
+    x = torch.randn(b, c_in, length + (taps - 1) * dilation, generator=gen)
+    weight, bias = torch.randn(c_out, c_in, taps, generator=gen), torch.randn(c_out, generator=gen)
+    residual = torch.randn(b, c_out, length, generator=gen) if with_residual else None
+    want = F.conv1d(x, weight, bias, dilation=dilation) + (residual if residual is not None else 0)
+    got = native_kernels.conv(x, weight, bias, dilation, residual)
+    assert got.shape == want.shape
+    assert (got - want).abs().max().item() <= TOL * 10
+
+
+def test_conv_reads_a_strided_input_and_no_bias(native_kernels: NativeKernels) -> None:
+    full = torch.randn(2, 4, 40)
+    x = full[..., 3:]  # time contiguous, rows spaced 40 apart
+    weight = torch.randn(4, 4, 3)
+    got = native_kernels.conv(x, weight, None, 2, None)
+    assert (got - F.conv1d(x, weight, dilation=2)).abs().max().item() <= TOL
+
+
+def test_bad_tensors_are_refused(native_kernels: NativeKernels) -> None:
+    x = torch.randn(1, 4, 10)
+    with pytest.raises(ValueError, match="float32 CPU"):
+        native_kernels.snake(x.double(), torch.ones(4), torch.ones(4), torch.empty(1, 4, 10))
+    with pytest.raises(ValueError, match="one value per channel"):
+        native_kernels.snake(x, torch.ones(3), torch.ones(3), torch.empty_like(x))
+    with pytest.raises(ValueError, match="does not fit"):
+        native_kernels.conv(x, torch.randn(4, 3, 3), None, 1, None)
+    with pytest.raises(ValueError, match="residual"):
+        native_kernels.conv(x, torch.randn(4, 4, 3), None, 1, torch.randn(1, 4, 9))
+    assert not NativeKernels.accepts(x.transpose(1, 2))
+
+
+def test_the_library_is_built_once_and_reused(tmp_path: Path) -> None:
+    first = load_native(tmp_path)
+    assert first is not None
+    built = first.path.stat().st_mtime_ns
+    second = load_native(tmp_path)
+    assert second is not None and second.path == first.path and second.path.stat().st_mtime_ns == built
+    assert [p.name for p in (tmp_path / "kernels").iterdir()] == [first.path.name]  # no temporary left
+
+
+def test_no_compiler_means_the_torch_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(native.shutil, "which", lambda name: None)
+    with caplog.at_level(logging.INFO, "talkstream.codec"):
+        assert load_native(tmp_path) is None
+    assert "torch path" in caplog.text and not (tmp_path / "kernels").exists()
+
+
+def test_a_failed_build_means_the_torch_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    broken = tmp_path / "broken.c"
+    broken.write_text("this is not C\n")
+    monkeypatch.setattr(native, "SOURCE", broken)
+    with caplog.at_level(logging.WARNING, "talkstream.codec"):
+        assert load_native(tmp_path) is None
+    assert "failed" in caplog.text
+    assert not list((tmp_path / "kernels").iterdir())  # the temporary output is removed
