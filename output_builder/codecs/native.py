@@ -23,8 +23,10 @@ from torch import Tensor
 log = logging.getLogger("talkstream.codec")
 
 SOURCE = Path(__file__).with_name("kernels.c")
-FLAGS = ("-O3", "-ffast-math", "-fopenmp-simd", "-fPIC", "-shared")
-LIBS = ("-lmvec", "-lm")  # libmvec: glibc's vector sinf, which the vectoriser calls
+# -ffast-math at compile time only: linked with it, gcc adds crtfastmath.o, whose constructor turns on flush-to-zero
+# for the whole process that loads the library (a global change to everyone's floating point)
+COMPILE = ("-O3", "-ffast-math", "-fopenmp-simd", "-fPIC", "-c")
+LINK = ("-shared", "-lmvec", "-lm")  # libmvec: glibc's vector sinf, which the vectoriser calls
 COMPILE_TIMEOUT_S = 120.0
 
 
@@ -91,19 +93,21 @@ def load_native(cache_dir: Path) -> NativeKernels | None:
 
 def _build(compiler: Path, directory: Path) -> Path:
     version = subprocess.run([str(compiler), "--version"], capture_output=True, text=True, check=True).stdout
-    digest = hashlib.sha256("\0".join((SOURCE.read_text(), *FLAGS, *LIBS, version)).encode()).hexdigest()[:16]
+    digest = hashlib.sha256("\0".join((SOURCE.read_text(), *COMPILE, *LINK, version)).encode()).hexdigest()[:16]
     library = directory / f"codec-{digest}.so"
     if library.is_file():
         return library
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=directory)
     os.close(fd)
+    obj = tmp + ".o"
     try:
-        cmd = [str(compiler), *FLAGS, str(SOURCE), "-o", tmp, *LIBS]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
-        if done.returncode != 0:
-            raise OSError(f"{compiler.name} failed: {done.stderr.strip()[-400:]}")
+        for cmd in ([str(compiler), *COMPILE, str(SOURCE), "-o", obj], [str(compiler), obj, "-o", tmp, *LINK]):
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+            if done.returncode != 0:
+                raise OSError(f"{compiler.name} failed: {done.stderr.strip()[-400:]}")
         os.replace(tmp, library)  # atomic: processes that compile at the same time agree on one file
     finally:
         Path(tmp).unlink(missing_ok=True)
+        Path(obj).unlink(missing_ok=True)
     return library

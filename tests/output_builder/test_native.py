@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -73,6 +74,14 @@ def test_bad_tensors_are_refused(native_kernels: NativeKernels) -> None:
     with pytest.raises(ValueError, match="residual"):
         native_kernels.conv(x, torch.randn(4, 4, 3), None, 1, torch.randn(1, 4, 9))
     assert not NativeKernels.accepts(x.transpose(1, 2))
+
+
+def test_loading_leaves_the_process_floating_point_alone(tmp_path: Path) -> None:
+    """Linked with -ffast-math the library would switch on flush-to-zero for everyone (hypothesis notices)."""
+    assert load_native(tmp_path) is not None
+    tiny = np.array([1e-45], dtype=np.float32)  # a subnormal
+    assert float((tiny * np.float32(1.0))[0]) > 0.0
+    assert np.nextafter(np.float32(0), np.float32(1)) * np.float32(2) > 0
 
 
 def test_the_library_is_built_once_and_reused(tmp_path: Path) -> None:
