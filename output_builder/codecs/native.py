@@ -33,6 +33,8 @@ COMPILE_TIMEOUT_S = 120.0
 class NativeKernels:
     """ctypes front of the compiled library; the call releases the GIL while it runs."""
 
+    LANES = 16  # time steps per vector in kernels.c; shorter outputs run scalar code, slower than torch's GEMM
+
     def __init__(self, library: Path) -> None:
         self._lib = ctypes.CDLL(str(library))
         self._lib.snake.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 7

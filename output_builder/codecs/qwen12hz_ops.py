@@ -95,7 +95,8 @@ class CodecOps:
         residual: Tensor | None = None,
     ) -> Tensor:
         """Valid conv1d, plus ``residual`` when given. x: [B, C_in, L] -> [B, C_out, L - (K - 1) * dilation]."""
-        if self.native is not None and groups == 1 and self.native.accepts(x):
+        length = x.shape[-1] - (weight.shape[-1] - 1) * dilation
+        if self.native is not None and groups == 1 and length >= self.native.LANES and self.native.accepts(x):
             return self.native.conv(x, weight, bias, dilation, residual)
         if residual is not None and weight.shape[-1] == 1 and groups == 1:  # 1x1: one batched GEMM adds it
             out = torch.baddbmm(residual, weight[:, :, 0].expand(x.shape[0], -1, -1), x)
