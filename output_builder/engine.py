@@ -87,7 +87,7 @@ class Engine:
                  runner.kv.nbytes / 2**20, cfg.max_batch, t.num_layers, t.hidden_size)
         self.worker = TalkerWorker(runner, DeviceLayer(loaded.device, cfg.torch_threads), cfg.max_batch,
                                    self._bridge, loaded.talker.cfg.codec.eos, cfg.max_prefills_per_step,
-                                   cfg.timing_ring)
+                                   cfg.timing_ring, cfg.max_prefill_tokens)
         self._bridge.start()
         self.worker.start()
         self._watchdog = self._loop.create_task(self._watch_readers(), name="reader-watchdog")

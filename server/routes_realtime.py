@@ -65,7 +65,7 @@ _events: TypeAdapter[ClientEvent] = TypeAdapter(ClientEvent)
 async def realtime(ws: WebSocket) -> None:
     state = server_state(ws)
     try:
-        authorize(ws)
+        await authorize(ws)
         if state.draining:
             raise errors.shutting_down()
     except errors.ApiError as err:

@@ -83,8 +83,9 @@ def server_state(conn: HTTPConnection) -> ServerState:
     return state_of(conn.app)
 
 
-def authorize(conn: HTTPConnection) -> None:
-    """Bearer auth when the server has an API key; the comparison takes constant time."""
+async def authorize(conn: HTTPConnection) -> None:
+    """Bearer auth when the server has an API key; the comparison takes constant time. Async: FastAPI runs a sync
+    dependency on its thread pool, a thread hop per request."""
     expected = server_state(conn).api_key
     if expected is None:
         return

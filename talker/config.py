@@ -30,7 +30,8 @@ class EngineConfig:
     output_mode: OutputMode = OutputMode.ASYNC
     max_batch: int = 32  # Talker slots
     max_queue: int = 64  # requests waiting for a slot before new ones are refused
-    max_prefills_per_step: int = 8
+    max_prefills_per_step: int = 32  # new requests prefilled together in one step (a burst shares one prefill)
+    max_prefill_tokens: int = 2048  # and only while count x longest prompt fits: bounds the step others wait on
     max_len: int = 2048  # KV positions per slot (prompt + frames)
     max_frames: int = 1024  # per request (82 s of audio); at most max_len // 2
     text_width: int = 4608  # text tokens per request (4096 characters of any script fit)
@@ -46,7 +47,7 @@ class EngineConfig:
     timing_ring: int = 4096
 
     def validate(self) -> EngineConfig:
-        positive = ("max_batch", "max_prefills_per_step", "max_len", "max_frames", "text_width",
+        positive = ("max_batch", "max_prefills_per_step", "max_prefill_tokens", "max_len", "max_frames", "text_width",
                     "first_chunk_frames", "chunk_frames", "torch_threads", "timing_ring")
         for name in positive:
             if int(getattr(self, name)) < 1:

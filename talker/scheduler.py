@@ -53,8 +53,9 @@ class StepPlan:
 
 
 class Scheduler:
-    def __init__(self, max_batch: int, max_prefills: int, max_len: int) -> None:
+    def __init__(self, max_batch: int, max_prefills: int, max_len: int, max_prefill_tokens: int = 2048) -> None:
         self.max_batch, self.max_prefills, self.max_len = max_batch, max_prefills, max_len
+        self.max_prefill_tokens = max_prefill_tokens
         self.free_slots = list(range(max_batch - 1, -1, -1))
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
@@ -78,7 +79,12 @@ class Scheduler:
         if not (self.waiting and self.free_slots):
             return self._plan
         prefill: list[Seq] = []
+        longest = 0
         while self.waiting and self.free_slots and len(prefill) < self.max_prefills:
+            # prompts are right-padded to the longest: the step costs (count x longest) positions
+            longest = max(longest, self.waiting[0].prompt.token_bound)
+            if prefill and (len(prefill) + 1) * longest > self.max_prefill_tokens:
+                break
             seq = self.waiting.popleft()
             seq.slot = self.free_slots.pop()
             seq.status = SeqStatus.RUNNING

@@ -73,3 +73,24 @@ def test_kv_offset_gives_each_rows_length() -> None:
     _step(s, 0)
     plan = s.schedule()
     assert plan.kv_offset + 1 == 5 + 1  # decode at step 1 writes position 5 of a 5-token prompt
+
+
+def _long_seq(i: int, text_tokens: int) -> Seq:
+    return Seq(f"r{i}", PromptIds(tuple(range(text_tokens)), None, (9,)), SamplingParams(), i, 10, None)
+
+
+def test_a_prefill_token_budget_bounds_the_padded_prefill() -> None:
+    s = Scheduler(max_batch=8, max_prefills=8, max_len=4096, max_prefill_tokens=100)
+    for i, n in enumerate((19, 19, 29, 9, 9)):  # token bounds 20, 20, 30, 10, 10
+        s.add(_long_seq(i, n))
+    plan = s.schedule()
+    assert [q.request_id for q in plan.prefill] == ["r0", "r1", "r2"]  # 3 x 30 = 90; a 4th would pad to 120
+    s.commit(plan, 0)
+    assert [q.request_id for q in s.schedule().prefill] == ["r3", "r4"]
+
+
+def test_one_prompt_over_the_budget_is_still_admitted_alone() -> None:
+    s = Scheduler(max_batch=4, max_prefills=4, max_len=4096, max_prefill_tokens=16)
+    s.add(_long_seq(0, 99))
+    s.add(_long_seq(1, 3))
+    assert [q.request_id for q in s.schedule().prefill] == ["r0"]

@@ -40,6 +40,11 @@ class PromptIds:
     streaming_text: bool = False
 
     @property
+    def token_bound(self) -> int:
+        """At most this many prompt positions (the prefill); streaming text feeds part of the text later."""
+        return len(self.text_ids) + len(self.instruct_ids or ()) + len(self.codec_prefix)
+
+    @property
     def text(self) -> tuple[int, ...]:
         return self.text_ids[ROLE_TOKENS:-TAIL_TOKENS]
 
