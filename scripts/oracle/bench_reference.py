@@ -5,10 +5,12 @@
                        when the call returns, so that is its time to first audio.
     --side talkstream  in Talkstream's environment: the Engine in-process (async output mode), all requests
                        submitted at once, each streamed; time to first audio is the first PCM chunk.
-    --report A B       combines the two sides' JSON into a table and one final JSON line.
+    --report O1 T1 ... combines rounds of the two sides' JSON (official, talkstream, ...) into per-round lines, the
+                       medians over rounds and one final JSON line.
 
 Both sides: the same tiny checkpoint, the same 16 requests (texts x voices), the checkpoint's default sampling
-(generation_config.json) with the same text mode (streaming text, as that config says), one warm-up request first.
+(generation_config.json) with the same text mode (streaming text, as that config says), one warm-up request first,
+then --repeat timed runs (default 3) of which the median (by throughput) is reported.
 """
 
 from __future__ import annotations
@@ -35,7 +37,13 @@ def workload() -> list[tuple[str, str]]:
     return [(TEXTS[i % len(TEXTS)], VOICES[(i // len(TEXTS)) % len(VOICES)]) for i in range(REQUESTS)]
 
 
-def run_official(ckpt: Path, threads: int) -> dict[str, Any]:
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median throughput, with every run's throughput attached."""
+    ordered = sorted(runs, key=lambda r: r["audio_s_per_wall_s"])
+    return {**ordered[len(ordered) // 2], "repeats": [round(r["audio_s_per_wall_s"], 2) for r in runs]}
+
+
+def run_official(ckpt: Path, threads: int, repeat: int) -> dict[str, Any]:
     import torch
     from qwen_tts import Qwen3TTSModel
 
@@ -44,15 +52,17 @@ def run_official(ckpt: Path, threads: int) -> dict[str, Any]:
     tts = Qwen3TTSModel.from_pretrained(str(ckpt), dtype=torch.float32)
     tts.generate_custom_voice(text="hello", speaker="aria", non_streaming_mode=False)  # warm-up
     texts, voices = zip(*workload(), strict=True)
-    t0 = time.perf_counter()
-    wavs, sr = tts.generate_custom_voice(text=list(texts), speaker=list(voices), language=["Auto"] * REQUESTS,
-                                         non_streaming_mode=False)
-    wall = time.perf_counter() - t0
-    audio = [len(w) / sr for w in wavs]
-    return summary("official qwen-tts 0.1.1", [wall] * REQUESTS, audio, wall)
+    runs = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        wavs, sr = tts.generate_custom_voice(text=list(texts), speaker=list(voices), language=["Auto"] * REQUESTS,
+                                             non_streaming_mode=False)
+        wall = time.perf_counter() - t0
+        runs.append(summary("official qwen-tts 0.1.1", [wall] * REQUESTS, [len(w) / sr for w in wavs], wall))
+    return median_run(runs)
 
 
-async def _talkstream(ckpt: Path, threads: int) -> dict[str, Any]:
+async def _talkstream(ckpt: Path, threads: int, repeat: int) -> dict[str, Any]:
     from output_builder.engine import Engine
     from talker.config import EngineConfig
     from talker.request import SpeechRequest
@@ -61,23 +71,28 @@ async def _talkstream(ckpt: Path, threads: int) -> dict[str, Any]:
                                  torch_threads=threads))
     await engine.start()  # includes a warm-up request
     rate = engine.sample_rate
+    runs = []
     try:
-        t0 = time.perf_counter()
-        streams = engine.submit_many([SpeechRequest(text=t, voice=v, seed=i) for i, (t, v) in enumerate(workload())])
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            requests = [SpeechRequest(text=t, voice=v, seed=i) for i, (t, v) in enumerate(workload())]
+            streams = engine.submit_many(requests)
 
-        async def consume(stream: Any) -> tuple[float, int]:
-            first, samples = 0.0, 0
-            async for chunk in stream:
-                if samples == 0 and len(chunk):
-                    first = time.perf_counter() - t0
-                samples += len(chunk)
-            return first, samples
+            async def consume(stream: Any, t0: float = t0) -> tuple[float, int]:
+                first, samples = 0.0, 0
+                async for chunk in stream:
+                    if samples == 0 and len(chunk):
+                        first = time.perf_counter() - t0
+                    samples += len(chunk)
+                return first, samples
 
-        results = await asyncio.gather(*(consume(s) for s in streams))
-        wall = time.perf_counter() - t0
+            results = await asyncio.gather(*(consume(s) for s in streams))
+            wall = time.perf_counter() - t0
+            runs.append(summary("talkstream engine (async)", [r[0] for r in results],
+                                [r[1] / rate for r in results], wall))
     finally:
         await engine.stop()
-    return summary("talkstream engine (async)", [r[0] for r in results], [r[1] / rate for r in results], wall)
+    return median_run(runs)
 
 
 def summary(name: str, ttfa: list[float], audio: list[float], wall: float) -> dict[str, Any]:
@@ -132,6 +147,7 @@ def main() -> None:
     ap.add_argument("--side", choices=["official", "talkstream"])
     ap.add_argument("--checkpoint", type=Path)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (official: intra-op; talkstream: per worker)")
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs per side in its process; the median is kept")
     ap.add_argument("--report", nargs="+", type=Path, metavar="JSON",
                     help="per round: the official side's result, then Talkstream's")
     args = ap.parse_args()
@@ -139,9 +155,9 @@ def main() -> None:
         runs = [json.loads(p.read_text().strip().splitlines()[-1]) for p in args.report]
         print(json.dumps(report(runs[0::2], runs[1::2])))
     elif args.side == "official":
-        print(json.dumps(run_official(args.checkpoint, args.threads)))
+        print(json.dumps(run_official(args.checkpoint, args.threads, args.repeat)))
     else:
-        print(json.dumps(asyncio.run(_talkstream(args.checkpoint, args.threads))))
+        print(json.dumps(asyncio.run(_talkstream(args.checkpoint, args.threads, args.repeat))))
 
 
 if __name__ == "__main__":
