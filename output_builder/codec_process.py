@@ -65,7 +65,7 @@ def _serve(conn: Connection, path: str, device: str, threads: int, kernels_dir: 
     try:
         codec = Qwen12HzCodec.from_pretrained(Path(path), device=torch.device(device))
         codec.use_native(load_native(Path(kernels_dir)) if kernels_dir else None)
-        conn.send(("ready", None))
+        conn.send(("ready", {"native_kernels": codec.native_kernels}))
     except Exception as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
@@ -104,6 +104,7 @@ class CodecProcess:
         if status != "ready":
             self.stop()
             raise CodecProcessError(f"the codec process failed to load: {detail}")
+        self.native_kernels: bool = detail["native_kernels"]
 
     @property
     def alive(self) -> bool:

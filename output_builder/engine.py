@@ -83,8 +83,9 @@ class Engine:
         t = loaded.talker.cfg.talker
         runner = Runner(loaded.talker.model.talker, loaded.talker.cfg, cfg.max_batch, cfg.max_len,
                         cfg.text_width, loaded.device, next(loaded.talker.model.parameters()).dtype)
-        log.info("KV cache: %.1f MiB for %d slots (%d layers, hidden %d)",
-                 runner.kv.nbytes / 2**20, cfg.max_batch, t.num_layers, t.hidden_size)
+        log.info("KV cache: %.1f MiB for %d slots (%d layers, hidden %d); codec native CPU kernels %s",
+                 runner.kv.nbytes / 2**20, cfg.max_batch, t.num_layers, t.hidden_size,
+                 "on" if self.native_kernels else "off")
         self.worker = TalkerWorker(runner, DeviceLayer(loaded.device, cfg.torch_threads), cfg.max_batch,
                                    self._bridge, loaded.talker.cfg.codec.eos, cfg.max_prefills_per_step,
                                    cfg.timing_ring, cfg.max_prefill_tokens)
@@ -247,6 +248,14 @@ class Engine:
     @property
     def sample_rate(self) -> int:
         return self._loaded.sample_rate if self._loaded else 24000
+
+    @property
+    def native_kernels(self) -> bool:
+        """Whether the codec runs its compiled CPU kernels (see output_builder/codecs/native.py)."""
+        loaded = self._loaded
+        if loaded is not None and loaded.codec_process is not None:
+            return loaded.codec_process.native_kernels
+        return loaded is not None and loaded.codec is not None and loaded.codec.native_kernels
 
     @property
     def voices(self) -> dict[str, Voice]:

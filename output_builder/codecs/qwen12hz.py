@@ -296,6 +296,10 @@ class Qwen12HzCodec:
             for i, job in enumerate(chunks)
         ]
 
+    @property
+    def native_kernels(self) -> bool:
+        return self._streamer.ops.native is not None
+
     def use_native(self, kernels: NativeKernels | None) -> None:
         """Streaming decode on the CPU runs its convolutions and SnakeBeta through ``kernels`` (None: torch)."""
         self._streamer.ops.native = kernels

@@ -74,6 +74,24 @@ async def test_async_and_sync_modes_give_identical_audio(engine_config: EngineCo
         assert a.size > 0 and a.tobytes() == b.tobytes()
 
 
+async def test_native_codec_kernels_and_torch_give_the_same_audio(engine_config: EngineConfig) -> None:
+    """The engine's codec process with its compiled kernels and without: the same codes, PCM within 1 LSB."""
+    if engine_config.device != "cpu":
+        pytest.skip("the native kernels are CPU-only")
+    requests = [SpeechRequest(text=f"{TEXT} Number {i}.", seed=200 + i) for i in range(3)]
+    results = {}
+    for native in (True, False):
+        e = Engine(dataclasses.replace(engine_config, native_kernels=native))
+        await e.start()
+        assert e.native_kernels is native
+        fresh = [dataclasses.replace(r, request_id=f"{native}-{i}") for i, r in enumerate(requests)]
+        results[native] = await asyncio.gather(*(collect(s) for s in e.submit_many(fresh)))
+        await e.stop()
+    for a, b in zip(results[True], results[False], strict=True):
+        assert a.size > 0 and a.shape == b.shape
+        assert np.abs(a.astype(np.int32) - b.astype(np.int32)).max() <= 1
+
+
 async def test_same_seed_same_audio_different_seed_different_audio(engine: Engine) -> None:
     a = await collect(engine.submit(SpeechRequest(text=TEXT, seed=7)))
     b = await collect(engine.submit(SpeechRequest(text=TEXT, seed=7)))
