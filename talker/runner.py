@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -91,26 +92,26 @@ class Runner:
 
     def _prefill(self, seqs: list[Seq]) -> Tensor:
         """All new requests of a step in one forward, right-padded to the longest prompt. -> last hidden [n, H]"""
-        embs = [prompt_embeds(self.talker, self.cfg, seq.prompt, self.device) for seq in seqs]  # [T_i, H]
-        lengths = [e.shape[0] for e in embs]
-        for seq, t, in zip(seqs, lengths, strict=True):
+        x, lengths = prompt_embeds(self.talker, self.cfg, [seq.prompt for seq in seqs], self.device)  # [n, T, H]
+        for seq, t in zip(seqs, lengths, strict=True):
             seq.prefill_len = t
-            self._reset_slot(seq)
         slots = torch.tensor([s.slot for s in seqs], dtype=torch.long, device=self.device)
-        x = torch.nn.utils.rnn.pad_sequence(embs, batch_first=True)  # [n, T, H]
+        self._reset_slots(seqs, slots, lengths)
         positions = torch.arange(x.shape[1], device=self.device).expand(len(seqs), -1)
         hidden = self.talker.backbone(x, positions, self.kv.for_prefill(slots), x.shape[1] - 1)
         last = torch.tensor(lengths, device=self.device) - 1
         return hidden[torch.arange(len(seqs), device=self.device), last]
 
-    def _reset_slot(self, seq: Seq) -> None:
-        slot, text = seq.slot, trailing_text(self.cfg, seq.prompt)
-        self.text_ids[slot].fill_(self.cfg.text.tts_pad)
-        if text:
-            self.text_ids[slot, : len(text)] = torch.tensor(text, device=self.device)
-        self.lengths[slot] = seq.prefill_len
-        self.frames[slot] = 0
-        self.seen[slot] = False
+    def _reset_slots(self, seqs: list[Seq], slots: Tensor, lengths: list[int]) -> None:
+        """New requests' slot state in one write per buffer: trailing text, KV length, frame count, seen codes."""
+        text = np.full((len(seqs), self.text_width), self.cfg.text.tts_pad, dtype=np.int64)
+        for i, seq in enumerate(seqs):
+            row = trailing_text(self.cfg, seq.prompt)[: self.text_width]
+            text[i, : len(row)] = row
+        self.text_ids[slots] = torch.from_numpy(text).to(self.device)
+        self.lengths[slots] = torch.tensor(lengths, device=self.device)
+        self.frames[slots] = 0
+        self.seen[slots] = False
 
     # 2. sample codebook 0, then the residual codebooks
     @torch.inference_mode()

@@ -73,28 +73,38 @@ def codec_prefix(cfg: Qwen3TTSConfig, language: str | None, speaker: str | None)
     return (*think, *spk, c.pad, c.bos)
 
 
-@torch.inference_mode()
-def prompt_embeds(talker: Talker, cfg: Qwen3TTSConfig, ids: PromptIds, device: torch.device) -> Tensor:
-    """-> [T, H] on the Talker's device."""
+NO_CODEC = -1  # a prompt position with a text embedding only
 
-    def t(values: tuple[int, ...] | list[int]) -> Tensor:
-        return torch.tensor(values, dtype=torch.long, device=device)
 
+def prompt_layout(cfg: Qwen3TTSConfig, ids: PromptIds) -> tuple[list[int], list[int]]:
+    """Per prompt position: the text id, and the codec id added to it (NO_CODEC for none)."""
     prefix, c, x = ids.codec_prefix, cfg.codec, cfg.text
-    pads = [x.tts_pad] * (len(prefix) - 2) + [x.tts_bos]
-    parts = [
-        talker.embed_text(t(ids.text_ids[:ROLE_TOKENS])),
-        talker.embed_text(t(pads)) + talker.embed_codec(t(prefix[:-1])),
-    ]
+    instruct = list(ids.instruct_ids or ())
+    text = [*instruct, *ids.text_ids[:ROLE_TOKENS], *[x.tts_pad] * (len(prefix) - 2), x.tts_bos]
+    codec = [NO_CODEC] * (len(instruct) + ROLE_TOKENS) + list(prefix[:-1])
     if ids.streaming_text:
-        parts.append(talker.embed_text(t(ids.text[:1])) + talker.embed_codec(t(prefix[-1:])))
+        text += ids.text[:1]
+        codec += prefix[-1:]
     else:
-        text = [*ids.text, x.tts_eos]
-        parts.append(talker.embed_text(t(text)) + talker.embed_codec(t([c.pad] * len(text))))
-        parts.append(talker.embed_text(t([x.tts_pad])) + talker.embed_codec(t([c.bos])))
-    if ids.instruct_ids:
-        parts.insert(0, talker.embed_text(t(ids.instruct_ids)))
-    return torch.cat(parts, dim=0)
+        body = [*ids.text, x.tts_eos]
+        text += [*body, x.tts_pad]
+        codec += [c.pad] * len(body) + [c.bos]
+    return text, codec
+
+
+@torch.inference_mode()
+def prompt_embeds(
+    talker: Talker, cfg: Qwen3TTSConfig, prompts: list[PromptIds], device: torch.device
+) -> tuple[Tensor, list[int]]:
+    """All prompts' embeddings in one embedding call per table -> x: [n, T_max, H] right-padded, and each T_i."""
+    layouts = [prompt_layout(cfg, p) for p in prompts]
+    lengths = [len(text) for text, _ in layouts]
+    text = torch.tensor([i for t, _ in layouts for i in t], dtype=torch.long, device=device)  # [sum T_i]
+    codec = torch.tensor([i for _, c in layouts for i in c], dtype=torch.long, device=device)
+    has_codec = (codec != NO_CODEC)[:, None]
+    emb = talker.embed_text(text)  # [sum T_i, H]
+    emb = torch.where(has_codec, emb + talker.embed_codec(codec.clamp(min=0)), emb)
+    return torch.nn.utils.rnn.pad_sequence(list(emb.split(lengths)), batch_first=True), lengths
 
 
 def trailing_text(cfg: Qwen3TTSConfig, ids: PromptIds) -> list[int]:
