@@ -1,33 +1,24 @@
 """Native CPU kernels for the codec, compiled from C with the system compiler on first use and cached.
 
 Optional by design: with no C compiler, an unsupported platform or ``native_kernels=False`` the codec runs its
-torch path, which computes the same function. The compiled library is cached under ``<cache_dir>/kernels``, named
-by a digest of the source, the flags and the compiler, so an edit or a new compiler rebuilds it.
+torch path, which computes the same function. Building and caching: talker/native.py.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
-import os
-import platform
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from talker.native import build_library, find_compiler
+
 log = logging.getLogger("talkstream.codec")
 
 SOURCE = Path(__file__).with_name("kernels.c")
-# -ffast-math at compile time only: linked with it, gcc adds crtfastmath.o, whose constructor turns on flush-to-zero
-# for the whole process that loads the library (a global change to everyone's floating point)
-COMPILE = ("-O3", "-ffast-math", "-fopenmp-simd", "-fPIC", "-c")
-LINK = ("-shared", "-lmvec", "-lm")  # libmvec: glibc's vector sinf, which the vectoriser calls
-COMPILE_TIMEOUT_S = 120.0
 
 
 class NativeKernels:
@@ -81,35 +72,12 @@ class NativeKernels:
 
 def load_native(cache_dir: Path) -> NativeKernels | None:
     """The cached or freshly compiled kernels, or None (logged once) when they cannot be built here."""
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if platform.system() != "Linux" or compiler is None:
+    compiler = find_compiler()
+    if compiler is None:
         log.info("native codec kernels off: needs Linux and a C compiler; using the torch path")
         return None
     try:
-        library = _build(Path(compiler), cache_dir / "kernels")
-        return NativeKernels(library)
+        return NativeKernels(build_library(compiler, SOURCE, cache_dir / "kernels", "codec"))
     except (OSError, subprocess.SubprocessError) as exc:
         log.warning("native codec kernels off (%s); using the torch path", exc)
         return None
-
-
-def _build(compiler: Path, directory: Path) -> Path:
-    version = subprocess.run([str(compiler), "--version"], capture_output=True, text=True, check=True).stdout
-    digest = hashlib.sha256("\0".join((SOURCE.read_text(), *COMPILE, *LINK, version)).encode()).hexdigest()[:16]
-    library = directory / f"codec-{digest}.so"
-    if library.is_file():
-        return library
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=directory)
-    os.close(fd)
-    obj = tmp + ".o"
-    try:
-        for cmd in ([str(compiler), *COMPILE, str(SOURCE), "-o", obj], [str(compiler), obj, "-o", tmp, *LINK]):
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
-            if done.returncode != 0:
-                raise OSError(f"{compiler.name} failed: {done.stderr.strip()[-400:]}")
-        os.replace(tmp, library)  # atomic: processes that compile at the same time agree on one file
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-        Path(obj).unlink(missing_ok=True)
-    return library

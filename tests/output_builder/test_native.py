@@ -96,7 +96,7 @@ def test_the_library_is_built_once_and_reused(tmp_path: Path) -> None:
 def test_no_compiler_means_the_torch_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(native.shutil, "which", lambda name: None)
+    monkeypatch.setattr("shutil.which", lambda name: None)
     with caplog.at_level(logging.INFO, "talkstream.codec"):
         assert load_native(tmp_path) is None
     assert "torch path" in caplog.text and not (tmp_path / "kernels").exists()
