@@ -32,6 +32,7 @@ from talker.request import (
     SpeechRequest,
 )
 from talker.runner import Runner
+from talker.sampler_native import SamplingKernel, load_sampling_kernel
 from talker.scheduler import Seq
 from talker.worker import Abort, Pause, Stop, Submit, TalkerWorker
 
@@ -48,6 +49,7 @@ class Loaded:
     frontend: Frontend
     device: torch.device
     sample_rate: int
+    sampler: SamplingKernel | None  # the CPU sampling kernel, when native kernels are on and build here
 
 
 class Engine:
@@ -82,10 +84,11 @@ class Engine:
             self._bridge = SyncBridge(self._loop, self.pipeline, self._abort, cfg.codec_timeout_s)
         t = loaded.talker.cfg.talker
         runner = Runner(loaded.talker.model.talker, loaded.talker.cfg, cfg.max_batch, cfg.max_len,
-                        cfg.text_width, loaded.device, next(loaded.talker.model.parameters()).dtype)
-        log.info("KV cache: %.1f MiB for %d slots (%d layers, hidden %d); codec native CPU kernels %s",
+                        cfg.text_width, loaded.device, next(loaded.talker.model.parameters()).dtype,
+                        loaded.sampler)
+        log.info("KV cache: %.1f MiB for %d slots (%d layers, hidden %d); native CPU kernels: codec %s, sampler %s",
                  runner.kv.nbytes / 2**20, cfg.max_batch, t.num_layers, t.hidden_size,
-                 "on" if self.native_kernels else "off")
+                 "on" if self.native_kernels else "off", "on" if loaded.sampler else "off")
         self.worker = TalkerWorker(runner, DeviceLayer(loaded.device, cfg.torch_threads), cfg.max_batch,
                                    self._bridge, loaded.talker.cfg.codec.eos, cfg.max_prefills_per_step,
                                    cfg.timing_ring, cfg.max_prefill_tokens)
@@ -113,7 +116,8 @@ class Engine:
         max_frames = min(cfg.max_frames, cfg.max_len // 2)
         frontend = Frontend(talker.cfg, talker.generation, load_tokenizer(path), max_frames, cfg.text_width,
                             cfg.max_len - max_frames)
-        return Loaded(path, talker, codec, process, frontend, device, sample_rate)
+        sampler = load_sampling_kernel(kernels_dir) if kernels_dir else None
+        return Loaded(path, talker, codec, process, frontend, device, sample_rate, sampler)
 
     async def _warmup(self) -> None:
         stream = self.submit(SpeechRequest(text="Warm up.", seed=0, max_frames=12))

@@ -41,7 +41,7 @@ class EngineConfig:
     reader_timeout_s: float = 30.0  # a reader that reads nothing for this long while audio waits is dropped
     codec_timeout_s: float = 30.0  # a codec decode call that takes longer fails its requests and kills the engine
     torch_threads: int = 1  # per worker thread
-    native_kernels: bool = True  # the codec's fused CPU kernels, compiled with the system C compiler on first use
+    native_kernels: bool = True  # the codec's and sampler's CPU kernels, built with the system C compiler on first use
     cache_dir: Path = field(default_factory=default_cache_dir)
     warmup: bool = True
     timing_ring: int = 4096

@@ -19,6 +19,7 @@ from talker.models.qwen3_tts.fused_predictor import FusedPredictor
 from talker.models.qwen3_tts.model import Talker
 from talker.models.qwen3_tts.prompt import prompt_embeds, trailing_text
 from talker.sampler import RowParams, apply_repetition_penalty, sample, step_uniforms
+from talker.sampler_native import SamplingKernel
 from talker.scheduler import Seq, StepPlan
 
 MIN_FRAMES_BEFORE_EOS = 2
@@ -40,9 +41,10 @@ class BatchTensors:
 class Runner:
     def __init__(
         self, talker: Talker, cfg: Qwen3TTSConfig, max_batch: int, max_len: int, text_width: int,
-        device: torch.device, dtype: torch.dtype,
+        device: torch.device, dtype: torch.dtype, kernel: SamplingKernel | None = None,
     ) -> None:
         self.talker, self.cfg, self.device = talker, cfg, device
+        self.kernel = kernel
         t = cfg.talker
         self.groups = cfg.num_code_groups
         self.text_width = text_width
@@ -123,10 +125,9 @@ class Runner:
         logits[:, self.cfg.codec.eos] = logits[:, self.cfg.codec.eos].masked_fill(
             frames < MIN_FRAMES_BEFORE_EOS, float("-inf")
         )
-        if bt.use_penalty:
-            logits = apply_repetition_penalty(logits, self.seen[bt.slots], bt.penalty)
         u = step_uniforms(bt.talker.seeds, frames, self.groups)  # [B, G]
-        code0 = sample(logits, bt.talker, u[:, 0])
+        seen = self.seen[bt.slots] if bt.use_penalty else None
+        code0 = self._draw(logits, bt.talker, u[:, 0], seen, bt.penalty)
         codes, emb_sum = self._predict(hidden, code0, bt, u)
         self._feedback = (bt, code0, emb_sum, frames)  # applied on the device by the next forward
         return codes
@@ -138,13 +139,22 @@ class Runner:
         codes = [code0]
         h = fused.step(torch.stack((hidden, emb), dim=1), 0)
         for g in range(1, self.groups):
-            code = sample(F.linear(h, fused.heads[g - 1]).float(), bt.predictor, u[:, g])
+            code = self._draw(F.linear(h, fused.heads[g - 1]).float(), bt.predictor, u[:, g])
             codes.append(code)
             emb = F.embedding(code, fused.embeddings[g - 1])
             emb_sum += emb
             if g < self.groups - 1:
                 h = fused.step(emb[:, None], g + 1)
         return torch.stack(codes, dim=1).to(torch.int32), emb_sum  # a new tensor each step
+
+    def _draw(self, logits: Tensor, p: RowParams, u: Tensor, seen: Tensor | None = None,
+              penalty: Tensor | None = None) -> Tensor:
+        """logits: [B, V] float32, u: [B]; seen: [B, V] bool to apply penalty [B, 1] -> tokens: [B] int64"""
+        if self.kernel is not None and self.kernel.accepts(logits):
+            return self.kernel.sample(logits, p, u, seen, penalty if seen is not None else None)
+        if seen is not None and penalty is not None:
+            logits = apply_repetition_penalty(logits, seen, penalty)
+        return sample(logits, p, u)
 
     def _feed_back(self, bt: BatchTensors, code0: Tensor, emb_sum: Tensor, frames: Tensor) -> None:
         text = self.text_ids[bt.slots, frames.clamp(max=self.text_width - 1)]

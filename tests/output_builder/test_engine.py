@@ -75,10 +75,11 @@ async def test_async_and_sync_modes_give_identical_audio(engine_config: EngineCo
 
 
 async def test_native_codec_kernels_and_torch_give_the_same_audio(engine_config: EngineConfig) -> None:
-    """The engine's codec process with its compiled kernels and without: the same codes, PCM within 1 LSB."""
+    """The engine with its compiled kernels (codec and sampler) and without: the same codes, PCM within 1 LSB.
+    Greedy, since the samplers walk their candidates in different orders (same distribution, other tokens)."""
     if engine_config.device != "cpu":
         pytest.skip("the native kernels are CPU-only")
-    requests = [SpeechRequest(text=f"{TEXT} Number {i}.", seed=200 + i) for i in range(3)]
+    requests = [SpeechRequest(text=f"{TEXT} Number {i}.", temperature=0.0) for i in range(3)]
     results = {}
     for native in (True, False):
         e = Engine(dataclasses.replace(engine_config, native_kernels=native))

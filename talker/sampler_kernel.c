@@ -1,0 +1,176 @@
+/* Batched top-k / top-p sampling on the CPU, one row at a time, with the HF repetition penalty folded in.
+ *
+ * The distribution is talker/sampler.py's: a row keeps its k largest logits (ties: the lower id), scaled by
+ * 1 / temperature; top-p keeps a candidate while the mass of the better ones is below p; the token is drawn by
+ * inverse CDF with the row's uniform u. Without top-p the candidates are walked in id order (top-p needs them
+ * best first, and then the walk, and so the token, is the torch path's). Greedy rows take the argmax. A row's
+ * result depends only on that row, so batch composition never changes it.
+ *
+ * Selection is branch-light, since the branches of a heap or a quickselect over fresh logits mispredict:
+ *   1. split the row into 2k blocks and take t, the k-th largest block maximum: at least k logits are >= t;
+ *   2. compact the logits >= t (about 2k of 2,048) without branches;
+ *   3. quickselect the k-th largest among them, and keep what beats it, plus ties by id.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    float v;
+    int64_t id;
+} cand;
+
+/* The k-th largest (k >= 1) of v[0..n), by quickselect; v is reordered. */
+static float kth_largest(float *v, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        const float pivot = v[lo + (hi - lo) / 2];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] > pivot) i++;
+            while (v[j] < pivot) j--;
+            if (i <= j) {
+                const float tmp = v[i];
+                v[i++] = v[j];
+                v[j--] = tmp;
+            }
+        }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else return v[want];
+    }
+    return v[want];
+}
+
+/* x with the penalty applied to seen ids, into out */
+static void penalise(const float *x, const uint8_t *seen, float penalty, int64_t vocab, float *out) {
+    for (int64_t i = 0; i < vocab; i++) {
+        const float v = x[i];
+        const float p = v > 0.0f ? v / penalty : v * penalty;
+        out[i] = seen[i] ? p : v;
+    }
+}
+
+static int64_t argmax(const float *x, int64_t vocab) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < vocab; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+typedef struct {
+    float *vals;   /* [V] */
+    float *work;   /* [V] */
+    int64_t *ids;  /* [V] */
+    float *row;    /* [V] the penalised row */
+    cand *cands;   /* [V] */
+    double *cdf;   /* [V] */
+} scratch;
+
+/* The k best of x (k < vocab) into out[0..k), in id order. */
+static int64_t select_top(const float *x, int64_t vocab, int64_t k, scratch *s, cand *out) {
+    /* 1. threshold from block maxima */
+    const int64_t blocks = 2 * k <= vocab ? 2 * k : vocab;
+    const int64_t size = vocab / blocks;
+    for (int64_t b = 0; b < blocks; b++) {
+        const int64_t end = b == blocks - 1 ? vocab : (b + 1) * size;
+        float m = x[b * size];
+        for (int64_t i = b * size + 1; i < end; i++) m = x[i] > m ? x[i] : m;
+        s->work[b] = m;
+    }
+    const float t = kth_largest(s->work, blocks, k);
+    /* 2. branchless compaction of x >= t */
+    int64_t n = 0;
+    for (int64_t i = 0; i < vocab; i++) {
+        s->ids[n] = i;
+        s->vals[n] = x[i];
+        n += x[i] >= t;
+    }
+    /* 3. exact k-th value; ties at it go to the lower ids */
+    memcpy(s->work, s->vals, (size_t)n * sizeof(float));
+    const float kth = kth_largest(s->work, n, k);
+    int64_t ties = k;
+    for (int64_t r = 0; r < n; r++) ties -= s->vals[r] > kth;
+    int64_t m = 0;
+    for (int64_t r = 0; r < n && m < k; r++) {
+        const float v = s->vals[r];
+        if (v > kth || (v == kth && ties-- > 0)) out[m++] = (cand){v, s->ids[r]};
+    }
+    return m;
+}
+
+static int better(const cand *a, const cand *b) { return a->v > b->v || (a->v == b->v && a->id < b->id); }
+
+static int compare(const void *a, const void *b) {
+    return better(a, b) ? -1 : (better(b, a) ? 1 : 0);
+}
+
+/* Inverse CDF over c[0..k) at temperature temp; with top_p < 1, c is sorted best first and cut first. */
+static int64_t pick(cand *c, int64_t k, float temp, float top_p, float u, double *cdf) {
+    if (top_p < 1.0f) qsort(c, (size_t)k, sizeof(cand), compare);
+    float top = c[0].v;
+    for (int64_t r = 1; r < k; r++) top = c[r].v > top ? c[r].v : top;
+    const float w0 = top / temp;
+    double total = 0.0;
+    for (int64_t r = 0; r < k; r++) {
+        total += (double)expf(c[r].v / temp - w0);
+        cdf[r] = total;
+    }
+    int64_t kept = k;
+    if (top_p < 1.0f) {
+        for (int64_t r = 1; r < k; r++) {
+            if (cdf[r - 1] / total >= (double)top_p) {
+                kept = r;
+                break;
+            }
+        }
+    }
+    const double target = (double)u * cdf[kept - 1];
+    int64_t r = 0;
+    while (r < kept - 1 && cdf[r] < target) r++;
+    return c[r].id;
+}
+
+static int64_t sample_row(const float *x, int64_t vocab, int64_t k, float temp, float top_p, float u, int greedy,
+                          scratch *s) {
+    if (greedy || k == 1) return argmax(x, vocab);
+    int64_t m;
+    if (k < vocab) {
+        m = select_top(x, vocab, k, s, s->cands);
+    } else {
+        for (int64_t i = 0; i < vocab; i++) s->cands[i] = (cand){x[i], i};
+        m = vocab;
+    }
+    return pick(s->cands, m, temp, top_p, u, s->cdf);
+}
+
+/* logits: [B, V] float32 with rows `row_stride` apart; seen: [B, V] bytes or NULL, with penalty[B];
+ * temperature, top_p, u (stride u_stride): [B] float32; top_k: [B] int64; greedy: [B] bytes -> out: [B] int64.
+ * Returns 0, or -1 when the scratch cannot be allocated. */
+int sample_rows(const float *logits, int64_t batch, int64_t vocab, int64_t row_stride,
+                const uint8_t *seen, const float *penalty,
+                const float *temperature, const int64_t *top_k, const float *top_p,
+                const float *u, int64_t u_stride, const uint8_t *greedy, int64_t *out) {
+    scratch s;
+    const size_t v = (size_t)vocab;
+    void *mem = malloc(v * (3 * sizeof(float) + sizeof(int64_t) + sizeof(cand) + sizeof(double)));
+    if (mem == NULL) return -1;
+    s.cands = mem;
+    s.cdf = (double *)(s.cands + v);
+    s.ids = (int64_t *)(s.cdf + v);
+    s.vals = (float *)(s.ids + v);
+    s.work = s.vals + v;
+    s.row = s.work + v;
+    for (int64_t b = 0; b < batch; b++) {
+        const float *x = logits + b * row_stride;
+        if (seen != NULL) {
+            penalise(x, seen + b * vocab, penalty[b], vocab, s.row);
+            x = s.row;
+        }
+        const int64_t k = top_k[b] < 1 ? 1 : (top_k[b] > vocab ? vocab : top_k[b]);
+        out[b] = sample_row(x, vocab, k, temperature[b], top_p[b], u[b * u_stride], greedy[b], &s);
+    }
+    free(mem);
+    return 0;
+}
