@@ -52,7 +52,7 @@ class RequestOutput:
         codes = np.stack(self._pending, axis=1) if self._pending else None  # [G, N]
         self._pending = []
         self.chunks += 1
-        return ChunkJob(self, codes, final)
+        return ChunkJob(self, codes, final, first=self.chunks == 1)
 
     def abandon(self) -> None:
         """Cancelled or failed: accept no more frames."""
@@ -79,3 +79,8 @@ class ChunkJob:
     out: RequestOutput
     codes: np.ndarray | None  # [G, N], None when a final chunk has no new frames
     final: FinishReason | None
+    first: bool = False  # the request's first chunk: nothing of it has been decoded yet
+
+    @property
+    def frames(self) -> int:
+        return 0 if self.codes is None else int(self.codes.shape[1])

@@ -1,10 +1,11 @@
 """The one bridge from the Talker worker to asyncio, and the output work behind it.
 
-async mode: the worker's `publish` is one `call_soon_threadsafe` per step; a consumer task on the event loop takes
-snapshots in order, waits for each copy off-loop, routes rows to requests, and decodes each step's ready chunks
-as one batch on the codec worker thread.
+async mode: the worker's `publish` is one `call_soon_threadsafe` per step; a router task on the event loop takes
+snapshots in order, waits for each copy off-loop and routes rows to requests; a decoder task runs the codec calls
+on the codec worker thread, new requests' first chunks ahead of the backlog.
 sync mode: the same routing and decoding run inline on the worker before its next step (the "before" picture).
-Both cut and batch chunks identically, so they produce byte-identical audio.
+Both cut chunks and compose codec calls identically (`OutputPipeline.batches`), so they produce byte-identical
+audio: the codec's output for a row is exact for a given batch composition, not across compositions.
 """
 
 from __future__ import annotations
@@ -86,9 +87,11 @@ class ChunkDecoder:
 class OutputPipeline:
     """Routing and delivery shared by both modes. `deliver*` run on the event loop."""
 
-    def __init__(self, decoder: ChunkDecoder, on_fatal: Callable[[BaseException], None]) -> None:
+    def __init__(self, decoder: ChunkDecoder, on_fatal: Callable[[BaseException], None],
+                 batch_frames: int = 64) -> None:
         self.decoder = decoder
         self.on_fatal = on_fatal
+        self.batch_frames = batch_frames
         self.jobs_in_flight = 0
 
     def route(self, snap: StepSnapshot) -> list[ChunkJob]:
@@ -102,6 +105,24 @@ class OutputPipeline:
                 jobs.append(job)
         snap.release()
         return jobs
+
+    def batches(self, jobs: list[ChunkJob]) -> list[tuple[bool, list[ChunkJob]]]:
+        """A step's chunks → codec calls as (urgent, jobs): the new requests' first chunks in one urgent call, then
+        the rest in calls of at most `batch_frames` frames. A function of the step's chunks alone."""
+        calls: list[tuple[bool, list[ChunkJob]]] = []
+        if firsts := [j for j in jobs if j.first]:
+            calls.append((True, firsts))
+        current: list[ChunkJob] = []
+        frames = 0
+        for job in (j for j in jobs if not j.first):
+            if current and frames + job.frames > self.batch_frames:
+                calls.append((False, current))
+                current, frames = [], 0
+            current.append(job)
+            frames += job.frames
+        if current:
+            calls.append((False, current))
+        return calls
 
     def deliver(self, jobs: list[ChunkJob], pcm: list[np.ndarray | None]) -> None:
         for job, audio in zip(jobs, pcm, strict=True):
@@ -138,12 +159,16 @@ class OutputPipeline:
 
 
 class AsyncBridge:
-    """Publisher for async mode plus the consumer task that does the output work beside the decode loop.
+    """Publisher for async mode plus the two tasks that do the output work beside the decode loop.
 
     Each step's snapshot crosses once, in order. The worker appends it to a deque and wakes the event loop with
-    `call_soon_threadsafe` only when the consumer is parked. While steps keep coming the consumer polls the deque
+    `call_soon_threadsafe` only when the router is parked. While steps keep coming the router polls the deque
     every `poll_s` instead: on two cores a wake-up per step costs the worker 25-60 µs of GIL hand-off inside the
     step gap (measured), a deque append about 1 µs.
+
+    The router turns snapshots into codec calls as soon as their copies land; the decoder runs one call at a time,
+    urgent ones (first chunks) before the backlog. A request's chunks still decode in order: its first chunk is
+    queued, and so taken, before any later one, and the queue of the rest is first in, first out.
     """
 
     def __init__(
@@ -156,7 +181,10 @@ class AsyncBridge:
         self._ready: deque[StepSnapshot | None] = deque()
         self._parked = True
         self._wakeup = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._urgent: deque[list[ChunkJob]] = deque()
+        self._calls: deque[list[ChunkJob] | None] = deque()  # None: the router is done
+        self._calls_ready = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def publish(self, snapshot: StepSnapshot | None) -> None:  # worker thread
         self._ready.append(snapshot)
@@ -165,21 +193,22 @@ class AsyncBridge:
             self.loop.call_soon_threadsafe(self._wakeup.set)
 
     def start(self) -> None:
-        self._task = self.loop.create_task(self._consume(), name="output-builder")
+        self._tasks = {self.loop.create_task(self._route(), name="output-router"),
+                       self.loop.create_task(self._decode_calls(), name="output-decoder")}
 
     async def stop(self) -> None:
         self._ready.append(None)
         self._parked = False
         self._wakeup.set()
-        if self._task is not None:  # a consumer stuck behind a hung codec call is cancelled
-            done, _ = await asyncio.wait({self._task}, timeout=STOP_TIMEOUT_S)
-            if not done:
-                self._task.cancel()
-                await asyncio.gather(self._task, return_exceptions=True)
+        if self._tasks:  # tasks stuck behind a hung codec call are cancelled
+            _, pending = await asyncio.wait(self._tasks, timeout=STOP_TIMEOUT_S)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
     @property
     def backlog(self) -> int:
-        return len(self._ready)
+        return len(self._ready) + len(self._urgent) + len(self._calls)
 
     async def _next(self) -> StepSnapshot | None:
         polls = 0
@@ -197,32 +226,47 @@ class AsyncBridge:
             polls = 0
         return self._ready.popleft()
 
-    async def _consume(self) -> None:
-        while (snap := await self._next()) is not None:
-            try:
-                await self._process(snap)
-            except Exception:  # a bug here must not kill the output path for everyone
-                log.exception("output builder failed on step %d", snap.step)
+    async def _route(self) -> None:
+        try:
+            while (snap := await self._next()) is not None:
+                try:
+                    await self._route_one(snap)
+                except Exception:  # a bug here must not kill the output path for everyone
+                    log.exception("output router failed on step %d", snap.step)
+        finally:
+            self._calls.append(None)
+            self._calls_ready.set()
 
-    async def _process(self, snap: StepSnapshot) -> None:
+    async def _route_one(self, snap: StepSnapshot) -> None:
         if snap.error is not None:
             self.pipeline.fail_step(snap)
             return
         if not snap.fence.done():
-            await self.loop.run_in_executor(self.pool, snap.fence.wait)
+            await asyncio.to_thread(snap.fence.wait)
         jobs = self.pipeline.route(snap)
         if not jobs:
             return
         self.pipeline.jobs_in_flight += len(jobs)
-        try:
-            pcm = await self._decode(jobs)
-        except Exception as exc:
-            self.pipeline.fail_jobs(jobs, exc, self.on_abort)
-        else:
-            self.pipeline.deliver(jobs, pcm)
-        finally:
-            self.pipeline.jobs_in_flight -= len(jobs)
+        for urgent, call in self.pipeline.batches(jobs):
+            (self._urgent if urgent else self._calls).append(call)
+        self._calls_ready.set()
 
+    async def _decode_calls(self) -> None:
+        while True:
+            while not self._urgent and not self._calls:
+                self._calls_ready.clear()
+                await self._calls_ready.wait()
+            call = self._urgent.popleft() if self._urgent else self._calls.popleft()
+            if call is None:
+                return
+            try:
+                pcm = await self._decode(call)
+            except Exception as exc:
+                self.pipeline.fail_jobs(call, exc, self.on_abort)
+            else:
+                self.pipeline.deliver(call, pcm)
+            finally:
+                self.pipeline.jobs_in_flight -= len(call)
 
     async def _decode(self, jobs: list[ChunkJob]) -> list[np.ndarray | None]:
         call = self.loop.run_in_executor(self.pool, self.pipeline.decoder.decode, jobs)
@@ -257,6 +301,10 @@ class SyncBridge:
         jobs = self.pipeline.route(snap)
         if not jobs:
             return
+        for _, call in self.pipeline.batches(jobs):
+            self._decode(call)
+
+    def _decode(self, jobs: list[ChunkJob]) -> None:
         self._decoding = (time.monotonic(), jobs)
         try:
             pcm = self.pipeline.decoder.decode(jobs)

@@ -76,7 +76,7 @@ class Engine:
         self._codec_pool = ThreadPoolExecutor(1, "codec-worker", initializer=torch.set_num_threads,
                                               initargs=(cfg.torch_threads,))
         backend = loaded.codec_process or InProcessCodec(loaded.codec)  # type: ignore[arg-type]
-        self.pipeline = OutputPipeline(ChunkDecoder(backend), self._mark_dead)
+        self.pipeline = OutputPipeline(ChunkDecoder(backend), self._mark_dead, cfg.codec_batch_frames)
         if cfg.output_mode is OutputMode.ASYNC:
             self._bridge = AsyncBridge(self._loop, self.pipeline, self._codec_pool, self._abort,
                                        codec_timeout_s=cfg.codec_timeout_s)

@@ -37,6 +37,7 @@ class EngineConfig:
     text_width: int = 4608  # text tokens per request (4096 characters of any script fit)
     first_chunk_frames: int = 1  # 80 ms of audio: the first chunk leaves after one step
     chunk_frames: int = 8  # the largest chunk: sizes double from first_chunk_frames up to it
+    codec_batch_frames: int = 64  # frames per codec call: bounds how long a new request's first chunk can wait
     max_ahead_s: float = 8.0  # audio buffered ahead of a reader before its request is paused
     reader_timeout_s: float = 30.0  # a reader that reads nothing for this long while audio waits is dropped
     codec_timeout_s: float = 30.0  # a codec decode call that takes longer fails its requests and kills the engine
@@ -48,7 +49,7 @@ class EngineConfig:
 
     def validate(self) -> EngineConfig:
         positive = ("max_batch", "max_prefills_per_step", "max_prefill_tokens", "max_len", "max_frames", "text_width",
-                    "first_chunk_frames", "chunk_frames", "torch_threads", "timing_ring")
+                    "first_chunk_frames", "chunk_frames", "codec_batch_frames", "torch_threads", "timing_ring")
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1")

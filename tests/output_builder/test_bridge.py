@@ -1,0 +1,107 @@
+"""The output bridge: how a step's chunks become codec calls, and the async decoder's order."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from output_builder.assembler import ChunkJob, RequestOutput
+from output_builder.bridge import AsyncBridge, ChunkDecoder, OutputPipeline
+from output_builder.streams import AudioStream
+from talker.snapshot import StepSnapshot
+
+EOS = 99
+G = 4
+
+
+def output(rid: str, first_chunk: int = 1, chunk: int = 8) -> RequestOutput:
+    stream = AudioStream(rid, 24000, 60.0, lambda r: None, lambda r, paused: None)
+    return RequestOutput(rid, stream, 1000, EOS, first_chunk, chunk)
+
+
+def job(out: RequestOutput, frames: int, first: bool = False) -> ChunkJob:
+    return ChunkJob(out, np.zeros((G, frames), dtype=np.int64), None, first=first)
+
+
+def pipeline(backend: object, batch_frames: int = 16) -> OutputPipeline:
+    return OutputPipeline(ChunkDecoder(backend), lambda exc: None, batch_frames)  # type: ignore[arg-type]
+
+
+class Recorder:
+    """A codec backend that records its calls; `gate`, when set, holds the first call until released."""
+
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        self.calls: list[list[int]] = []
+        self.gate = gate
+
+    def decode(self, jobs: list[tuple[int, np.ndarray]]) -> list[np.ndarray]:
+        if self.gate is not None and not self.calls:
+            self.gate.wait(5.0)
+        self.calls.append([sid for sid, _ in jobs])
+        return [np.zeros(codes.shape[1] * 1920, dtype=np.int16) for _, codes in jobs]
+
+    def close_stream(self, sid: int) -> None:
+        return None
+
+
+def test_first_chunks_go_in_one_urgent_call_and_the_rest_in_calls_under_the_cap() -> None:
+    outs = [output(f"r{i}") for i in range(6)]
+    jobs = [job(outs[0], 8), job(outs[1], 1, first=True), job(outs[2], 8), job(outs[3], 4),
+            job(outs[4], 1, first=True), job(outs[5], 20)]
+    calls = pipeline(Recorder()).batches(jobs)
+    assert [(urgent, [j.out.request_id for j in c]) for urgent, c in calls] == [
+        (True, ["r1", "r4"]), (False, ["r0", "r2"]), (False, ["r3"]), (False, ["r5"]),  # r5 alone: over the cap
+    ]
+
+
+def test_a_final_chunk_without_frames_counts_nothing() -> None:
+    out = output("r")
+    empty = ChunkJob(out, None, None)
+    assert empty.frames == 0 and job(out, 3).frames == 3
+    calls = pipeline(Recorder(), batch_frames=8).batches([job(output("a"), 8), empty])
+    assert [len(c) for _, c in calls] == [2]
+
+
+@dataclass
+class Row:
+    sink: RequestOutput
+
+
+def snapshot(step: int, rows: list[RequestOutput]) -> StepSnapshot:
+    return StepSnapshot(step, tuple(Row(r) for r in rows), torch.zeros(len(rows), G, dtype=torch.int32))
+
+
+async def test_a_new_request_is_decoded_ahead_of_the_backlog_and_streams_stay_in_order() -> None:
+    gate = threading.Event()
+    backend = Recorder(gate)
+    pipe = pipeline(backend, batch_frames=2)
+    pool = ThreadPoolExecutor(1)
+    bridge = AsyncBridge(asyncio.get_running_loop(), pipe, pool, lambda rid: None, poll_s=0.001)
+    bridge.start()
+    old = [output(f"old{i}", first_chunk=2, chunk=2) for i in range(3)]
+    for out in old:  # their first chunks are behind them
+        out.chunks = 1
+    bridge.publish(snapshot(0, old))
+    bridge.publish(snapshot(1, old))  # each old request: a 2-frame chunk, one call each (the cap)
+    await asyncio.wait_for(_until(lambda: pipe.jobs_in_flight == 3), 5.0)  # the first call is held at the gate
+    new = output("new")
+    bridge.publish(snapshot(2, [*old, new]))  # new's first chunk; the old ones only add a frame
+    await asyncio.wait_for(_until(lambda: pipe.jobs_in_flight == 4), 5.0)
+    gate.set()
+    await asyncio.wait_for(_until(lambda: pipe.jobs_in_flight == 0), 5.0)
+    await bridge.stop()
+    pool.shutdown()
+    order = [sid for call in backend.calls for sid in call]
+    assert backend.calls[1] == [new.stream_id]  # right after the call in flight
+    assert order == [old[0].stream_id, new.stream_id, old[1].stream_id, old[2].stream_id]
+
+
+async def _until(cond: Callable[[], bool]) -> None:
+    while not cond():
+        await asyncio.sleep(0.001)
