@@ -100,7 +100,7 @@ def serve(args: argparse.Namespace) -> int:
 
     from server.app import create_app
     from server.drain import DrainingServer
-    from server.http_protocol import AbortableHttpProtocol, AbortableWebSocketProtocol
+    from server.http_protocol import uvicorn_options
     from server.state import state_of
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -111,8 +111,8 @@ def serve(args: argparse.Namespace) -> int:
     app = create_app(config, args.api_key or api_key_from_env(), shutdown_timeout=args.shutdown_timeout,
                      exit_on_dead=True, cors_origins=origins, log_input=args.log_input)
     # the drain (SIGTERM) already let streams finish within --shutdown-timeout: uvicorn's own wait is a backstop
-    uv = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, http=AbortableHttpProtocol,
-                        ws=AbortableWebSocketProtocol, timeout_graceful_shutdown=UVICORN_SHUTDOWN_S)
+    uv = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                        timeout_graceful_shutdown=UVICORN_SHUTDOWN_S, **uvicorn_options())
     DrainingServer(uv, state_of(app), args.shutdown_timeout).run()
     return 0  # after a signal too: a graceful shutdown (a dead engine exits 3, a failed start 3 from uvicorn)
 

@@ -5,7 +5,7 @@ the handler gives up on it, but `transport.close()` (what uvicorn does after a f
 WebSocket close) waits for the write buffer to drain, which a stalled peer never lets happen: the socket, its
 buffers and (for a WebSocket) the session's task would stay until the peer goes. `abort()` drops the buffer and
 closes at once. The app finds it under `scope["extensions"][ABORT]`, for HTTP requests and WebSocket sessions.
-`talkstream serve` and the test servers pass both classes to uvicorn (`http=`, `ws=`).
+`talkstream serve` and the test servers pass both classes to uvicorn through `uvicorn_options`.
 """
 
 from __future__ import annotations
@@ -40,3 +40,12 @@ class AbortableWebSocketProtocol(WebSocketsSansIOProtocol):
 def abort_of(scope: Mapping[str, Any]) -> Any:
     """The connection's abort callable, or None where the server does not offer one."""
     return scope.get("extensions", {}).get(ABORT, {}).get("abort")
+
+
+def uvicorn_options() -> dict[str, Any]:
+    """The protocol options `talkstream serve` and the test servers give `uvicorn.Config`.
+
+    WebSocket permessage-deflate is off: audio deltas are base64 of PCM, which compresses little, and compressing
+    them took over half of the event loop's busy time at 32 streams (py-spy of `talkstream serve`).
+    """
+    return {"http": AbortableHttpProtocol, "ws": AbortableWebSocketProtocol, "ws_per_message_deflate": False}

@@ -18,7 +18,7 @@ from fastapi import FastAPI
 
 from output_builder.engine import Engine
 from server.app import create_app
-from server.http_protocol import AbortableHttpProtocol, AbortableWebSocketProtocol
+from server.http_protocol import uvicorn_options
 from server.state import state_of
 from talker.config import EngineConfig
 
@@ -64,8 +64,7 @@ def start_server(config: EngineConfig, api_key: str | None = None, wait_ready: b
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     app = create_app(config, api_key, shutdown_timeout=2.0)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2,
-                                           http=AbortableHttpProtocol, ws=AbortableWebSocketProtocol))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2, **uvicorn_options()))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True,
                               name=f"uvicorn-{port}")
     thread.start()

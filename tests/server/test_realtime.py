@@ -121,6 +121,14 @@ BAD_EVENTS: list[tuple[str, str]] = [
 ]
 
 
+def test_the_server_declines_permessage_deflate(live: LiveServer) -> None:
+    # the client offers it (websockets does by default); base64 audio is not worth compressing on the event loop
+    with connect(live.ws_url, max_size=None, open_timeout=30) as conn:
+        assert conn.response is not None
+        assert "Sec-WebSocket-Extensions" not in conn.response.headers
+        assert recv(conn)["type"] == "session.created"
+
+
 def test_bad_events_answer_error_and_keep_the_session(ws: ClientConnection) -> None:
     for name, raw in BAD_EVENTS:
         ws.send(raw)
