@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import statistics
 import threading
@@ -138,3 +139,8 @@ def test_slow_and_stalled_readers_do_not_hurt_others(make_server: Callable[..., 
         slow.join()
         stalled.close()
     assert not (counts := wait_no_leaks(server.url)), counts
+
+
+def test_the_ready_server_leaves_its_heap_out_of_collections(live: LiveServer) -> None:
+    assert httpx.get(live.url + "/health").status_code == 200
+    assert gc.get_freeze_count() > 100_000  # the model and libraries: a full collection would rescan all of them
