@@ -98,6 +98,8 @@ class OutputPipeline:
         """Rows of a resolved snapshot → ready chunks (in batch order)."""
         assert snap.codes is not None
         codes = snap.codes.numpy()  # [B, G]
+        if snap.buffer is not None:
+            codes = codes.copy()  # a reused host buffer (CUDA): pending frames must not alias it once released
         jobs = []
         for row, seq in enumerate(snap.seqs):
             job = seq.sink.push(codes[row])

@@ -120,7 +120,8 @@ class Engine:
         return Loaded(path, talker, codec, process, frontend, device, sample_rate, sampler)
 
     async def _warmup(self) -> None:
-        stream = self.submit(SpeechRequest(text="Warm up.", seed=0, max_frames=12))
+        frames = min(12, self.config.max_frames, self.config.max_len // 2)
+        stream = self.submit(SpeechRequest(text="Warm up.", seed=0, max_frames=frames))
         async for _ in stream:
             pass
 

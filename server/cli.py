@@ -53,6 +53,8 @@ def parser() -> argparse.ArgumentParser:
 
     export = sub.add_parser("export-tiny", help="write the embedded tiny checkpoint to DIR")
     export.add_argument("dir", type=Path)
+    export.add_argument("--size", default="tiny", choices=("tiny", "0.6b"),
+                        help="0.6b: random weights at Qwen3-TTS-12Hz-0.6B's layer sizes (for accelerator benchmarks)")
 
     bench = sub.add_parser("bench", help="benchmarks that print JSON (serve, step-gap)")
     bench.add_argument("name", choices=sorted(BENCHES))
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             case "export-tiny":
                 from talker.models.tiny import export_tiny
 
-                print(export_tiny(args.dir))
+                print(export_tiny(args.dir, args.size))
                 return 0
             case _:
                 module = importlib.import_module(BENCHES[args.name])

@@ -208,6 +208,19 @@ CODEC = {
     "upsampling_ratios": [2, 2],
     "decoder_dim": 64,
 }
+_LAYER_0_6B = {"hidden_size": 1024, "intermediate_size": 3072, "num_attention_heads": 16, "num_key_value_heads": 8,
+               "head_dim": 128}
+SIZES: dict[str, dict[str, dict[str, Any]]] = {
+    "tiny": {},
+    "0.6b": {
+        "talker": {**_LAYER_0_6B, "num_hidden_layers": 28,
+                   "rope_scaling": {"interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default"}},
+        "predictor": {**_LAYER_0_6B, "num_hidden_layers": 5, "layer_types": ["full_attention"] * 5},
+        "codec": {"codebook_dim": 512, "latent_dim": 1024, "hidden_size": 512, "intermediate_size": 1024,
+                  "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 64,
+                  "decoder_dim": 1536},
+    },
+}
 GENERATION = {
     "do_sample": True,
     "top_k": 50,
@@ -246,25 +259,31 @@ def ensure_tiny(cache_dir: Path) -> Path:
     return target
 
 
-def export_tiny(directory: Path) -> Path:
-    """Write the tiny checkpoint to `directory` in the official layout."""
+def export_tiny(directory: Path, size: str = "tiny") -> Path:
+    """Write the tiny checkpoint to `directory` in the official layout; `size` "0.6b" gives it the layer sizes of
+    Qwen3-TTS-12Hz-0.6B (random weights, the tiny tokenizer), for benchmarks on an accelerator."""
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {', '.join(SIZES)}, not {size!r}")
+    talker_cfg, predictor_cfg, codec_cfg = ({**base, **SIZES[size].get(part, {})} for part, base in
+                                            (("talker", TALKER), ("predictor", PREDICTOR), ("codec", CODEC)))
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     tokenizer.save(str(directory / "tokenizer.json"))
     _write_tokenizer_files(directory, tokenizer)
-    config = checkpoint_config(tokenizer.get_vocab_size())
+    config = checkpoint_config(tokenizer.get_vocab_size(), talker_cfg, predictor_cfg)
     _dump(directory / "config.json", config)
     _dump(directory / "generation_config.json", GENERATION)
     model = init_weights(Qwen3TTSConfig.from_dict(config))
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(directory / "model.safetensors"))
-    codec = Qwen12HzCodec.from_config(CodecConfig.from_dict(CODEC), seed=SEED + 1)
+    codec = Qwen12HzCodec.from_config(CodecConfig.from_dict(codec_cfg), seed=SEED + 1)
     codec.save_pretrained(directory / "speech_tokenizer")
     return directory
 
 
-def checkpoint_config(text_vocab: int) -> dict[str, Any]:
-    talker = dict(TALKER, text_vocab_size=text_vocab, text_hidden_size=TALKER["hidden_size"])
-    talker["code_predictor_config"] = PREDICTOR
+def checkpoint_config(text_vocab: int, talker_cfg: dict[str, Any] = TALKER,
+                      predictor_cfg: dict[str, Any] = PREDICTOR) -> dict[str, Any]:
+    talker = dict(talker_cfg, text_vocab_size=text_vocab, text_hidden_size=talker_cfg["hidden_size"])
+    talker["code_predictor_config"] = predictor_cfg
     return {
         "architectures": ["Qwen3TTSForConditionalGeneration"],
         "model_type": "qwen3_tts",

@@ -14,6 +14,7 @@ import torch
 from output_builder.assembler import ChunkJob, RequestOutput
 from output_builder.bridge import AsyncBridge, ChunkDecoder, OutputPipeline
 from output_builder.streams import AudioStream
+from talker.device import HostBuffer
 from talker.snapshot import StepSnapshot
 
 EOS = 99
@@ -75,6 +76,20 @@ class Row:
 
 def snapshot(step: int, rows: list[RequestOutput]) -> StepSnapshot:
     return StepSnapshot(step, tuple(Row(r) for r in rows), torch.zeros(len(rows), G, dtype=torch.int32))
+
+
+def test_pending_frames_survive_the_reuse_of_a_released_host_buffer() -> None:
+    # CUDA snapshots land in a ring of pinned buffers, reused once both readers release them; frames waiting for
+    # their chunk must not alias that memory (they became garbage codes and a device-side assert in the codec).
+    out = output("r", first_chunk=4, chunk=4)
+    ring = HostBuffer(torch.zeros(G, dtype=torch.int32), in_use=True)
+    jobs: list[ChunkJob] = []
+    for step in range(4):
+        ring.data.fill_(step + 1)
+        snap = StepSnapshot(step, (Row(out),), ring.data.view(1, G), buffer=ring)
+        jobs += pipeline(Recorder()).route(snap)
+    assert len(jobs) == 1 and jobs[0].codes is not None
+    assert jobs[0].codes.tolist() == [[1, 2, 3, 4]] * G
 
 
 async def test_a_new_request_is_decoded_ahead_of_the_backlog_and_streams_stay_in_order() -> None:

@@ -3,13 +3,15 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
 from talker.models.frontend import load_tokenizer
 from talker.models.loader import load_talker
+from talker.models.qwen3_tts.config import Qwen3TTSConfig
 from talker.models.qwen3_tts.prompt import assistant_text
-from talker.models.tiny import ensure_tiny, export_tiny
+from talker.models.tiny import PREDICTOR, SIZES, TALKER, checkpoint_config, ensure_tiny, export_tiny
 
 
 def test_tiny_is_generated_once_in_the_official_layout(tiny_dir: Path, tiny_cache: Path) -> None:
@@ -45,3 +47,18 @@ def test_tiny_codec_is_audible(tiny_dir: Path) -> None:
     wave = codec.decode(torch.randint(0, 2048, (1, 16, 12)))[0].numpy()
     rms = float(np.sqrt((wave**2).mean()))
     assert 0.02 < rms < 0.7 and np.isfinite(wave).all()
+
+
+def test_the_0_6b_size_has_qwen3_tts_0_6b_layers_and_a_valid_config() -> None:
+    talker_cfg, predictor_cfg = ({**base, **SIZES["0.6b"][part]} for part, base in
+                                 (("talker", TALKER), ("predictor", PREDICTOR)))
+    cfg = Qwen3TTSConfig.from_dict(checkpoint_config(1000, talker_cfg, predictor_cfg))
+    assert (cfg.talker.num_layers, cfg.talker.hidden_size, cfg.talker.num_heads, cfg.talker.num_kv_heads) == (
+        28, 1024, 16, 8)
+    assert (cfg.predictor.num_layers, cfg.predictor.hidden_size) == (5, 1024)
+    assert sum(talker_cfg["rope_scaling"]["mrope_section"]) * 2 == cfg.talker.head_dim == 128
+
+
+def test_an_unknown_size_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"size must be one of tiny, 0\.6b"):
+        export_tiny(tmp_path / "x", "7b")
