@@ -44,7 +44,11 @@ def decode_batch(codec: object, states: dict[int, object], req: DecodeRequest) -
 
     try:
         pairs = []
+        size = codec.config.codebook_size  # type: ignore[attr-defined]
         for sid, codes in req.jobs:
+            if codes.size and (codes.min() < 0 or codes.max() >= size):
+                # on CUDA an out-of-range lookup is a device-side assert that ends the process: fail this call only
+                raise ValueError(f"codes outside the codebook [0, {size}) for stream {sid}")
             if sid not in states:
                 states[sid] = codec.open_stream()  # type: ignore[attr-defined]
             pairs.append((states[sid], torch.from_numpy(np.ascontiguousarray(codes)).long()))
