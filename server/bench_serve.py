@@ -12,13 +12,15 @@ import argparse
 import asyncio
 import base64
 import json
+import resource
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
+
+from server.bench_http import Connection, HttpError, HttpStatusError
 
 PCM_BYTES_PER_S = 24000 * 2
 TEXT = "The quick brown fox jumps over the lazy dog while the band keeps playing softly in the background."
@@ -42,6 +44,7 @@ class Level:
     samples: list[Sample] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    client_cpu_s: float = 0.0  # this load client's own CPU time: it shares the machine it measures
 
     def summary(self) -> dict[str, Any]:
         ttfa = [s.ttfa_s * 1e3 for s in self.samples]
@@ -53,6 +56,7 @@ class Level:
             "ttfa_ms_p50": _pct(ttfa, 50), "ttfa_ms_p99": _pct(ttfa, 99),
             "rtf_p50": _pct(rtf, 50), "rtf_max": max(rtf, default=None),
             "audio_s_per_s": round(audio / self.wall_s, 3) if self.wall_s else None,
+            "client_cpu_s": round(self.client_cpu_s, 3),
             "first_failure": self.failures[0] if self.failures else None,
         }
 
@@ -75,18 +79,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 # Clients ----------------------------------------------------------------------------------------------------------
-async def http_one(client: httpx.AsyncClient, args: argparse.Namespace) -> Sample:
-    body = {"model": "tts-1", "input": args.text, "voice": args.voice, "response_format": "pcm"}
+async def http_one(conn: Connection, args: argparse.Namespace) -> Sample:
+    body = json.dumps({"model": "tts-1", "input": args.text, "voice": args.voice, "response_format": "pcm"})
     t0 = time.perf_counter()
     first: float | None = None
     size = 0
-    async with client.stream("POST", "/v1/audio/speech", json=body) as resp:
-        if resp.status_code != 200:
-            await resp.aread()
-            raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:200]}")
-        async for data in resp.aiter_raw():
-            first = first or time.perf_counter()
-            size += len(data)
+    async for data in conn.request("POST", "/v1/audio/speech", body.encode()):
+        first = first or time.perf_counter()
+        size += len(data)
     end = time.perf_counter()
     return Sample((first or end) - t0, end - t0, size / PCM_BYTES_PER_S)
 
@@ -122,26 +122,31 @@ async def run_level(args: argparse.Namespace, protocol: str, concurrency: int) -
         queue.put_nowait(i)
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     worker = _http_worker if protocol == "http" else _ws_worker
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _cpu_s()
     await asyncio.gather(*(worker(args, headers, queue, level) for _ in range(concurrency)))
-    level.wall_s = time.perf_counter() - t0
+    level.wall_s, level.client_cpu_s = time.perf_counter() - t0, _cpu_s() - cpu0
     return level
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 async def _http_worker(args: argparse.Namespace, headers: dict[str, str], queue: asyncio.Queue[int],
                        level: Level) -> None:
-    async with httpx.AsyncClient(base_url=args.url, headers=headers, timeout=httpx.Timeout(60.0)) as client:
-        try:
-            await client.get("/health")  # open the keep-alive connection untimed, as a WebSocket client does
-        except httpx.HTTPError as exc:
-            level.failures.append(f"{type(exc).__name__}: {exc}")
-            return
-        while not queue.empty():
-            queue.get_nowait()
-            try:
-                level.samples.append(await http_one(client, args))
-            except (httpx.HTTPError, RuntimeError) as exc:
-                level.failures.append(f"{type(exc).__name__}: {exc}")
+    try:
+        async with Connection.open(args.url, headers) as conn:
+            async for _ in conn.request("GET", "/health"):  # open the connection untimed, as a WebSocket client does
+                pass
+            while not queue.empty():
+                queue.get_nowait()
+                try:
+                    level.samples.append(await http_one(conn, args))
+                except HttpStatusError as exc:
+                    level.failures.append(f"{type(exc).__name__}: {exc}")
+    except (OSError, HttpError) as exc:  # the connection broke: this stream stops
+        level.failures.append(f"{type(exc).__name__}: {exc}")
 
 
 async def _ws_worker(args: argparse.Namespace, headers: dict[str, str], queue: asyncio.Queue[int],
@@ -183,7 +188,8 @@ def report_line(r: dict[str, Any]) -> None:
 
     print(f"{r['protocol']:>4} c={r['concurrency']:<3} n={r['requests']:<4} failures={r['failures']:<3} "
           f"ttfa p50={fmt(r['ttfa_ms_p50'])} ms p99={fmt(r['ttfa_ms_p99'])} ms  "
-          f"rtf p50={fmt(r['rtf_p50'])} max={fmt(r['rtf_max'])}  audio/s={fmt(r['audio_s_per_s'])}", flush=True)
+          f"rtf p50={fmt(r['rtf_p50'])} max={fmt(r['rtf_max'])}  audio/s={fmt(r['audio_s_per_s'])}  "
+          f"client cpu={fmt(r['client_cpu_s'])} s", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
