@@ -14,6 +14,7 @@ import base64
 import json
 import resource
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,12 +140,7 @@ async def _http_worker(args: argparse.Namespace, headers: dict[str, str], queue:
         async with Connection.open(args.url, headers) as conn:
             async for _ in conn.request("GET", "/health"):  # open the connection untimed, as a WebSocket client does
                 pass
-            while not queue.empty():
-                queue.get_nowait()
-                try:
-                    level.samples.append(await http_one(conn, args))
-                except HttpStatusError as exc:
-                    level.failures.append(f"{type(exc).__name__}: {exc}")
+            await _take_all(queue, level, lambda: http_one(conn, args), HttpStatusError)
     except (OSError, HttpError) as exc:  # the connection broke: this stream stops
         level.failures.append(f"{type(exc).__name__}: {exc}")
 
@@ -157,14 +153,20 @@ async def _ws_worker(args: argparse.Namespace, headers: dict[str, str], queue: a
             await ws.recv()  # session.created
             await ws.send(json.dumps({"type": "session.update", "session": {"voice": args.voice}}))
             await ws.recv()  # session.updated
-            while not queue.empty():
-                queue.get_nowait()
-                try:
-                    level.samples.append(await ws_one(ws, args))
-                except RuntimeError as exc:
-                    level.failures.append(f"RuntimeError: {exc}")
+            await _take_all(queue, level, lambda: ws_one(ws, args), RuntimeError)
     except (OSError, ValueError) as exc:
         level.failures.append(f"{type(exc).__name__}: {exc}")
+
+
+async def _take_all(queue: asyncio.Queue[int], level: Level, one: Callable[[], Awaitable[Sample]],
+                    recoverable: type[Exception]) -> None:
+    """One stream's share of a level: requests one after another until the queue is empty."""
+    while not queue.empty():
+        queue.get_nowait()
+        try:
+            level.samples.append(await one())
+        except recoverable as exc:
+            level.failures.append(f"{type(exc).__name__}: {exc}")
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
