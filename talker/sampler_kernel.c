@@ -7,8 +7,9 @@
  * result depends only on that row, so batch composition never changes it.
  *
  * Selection is branch-light, since the branches of a heap or a quickselect over fresh logits mispredict:
- *   1. split the row into 2k blocks and take t, the k-th largest block maximum: at least k logits are >= t;
- *   2. compact the logits >= t (about 2k of 2,048) without branches;
+ *   1. split the row into blocks (16 logits each when that makes at least k blocks, else 2k blocks) and take t,
+ *      the k-th largest block maximum: at least k logits are >= t, all in the blocks whose maximum reaches t;
+ *   2. compact the logits >= t of those blocks (about k of them) without branches;
  *   3. quickselect the k-th largest among them, and keep what beats it, plus ties by id.
  */
 #include <math.h>
@@ -64,28 +65,44 @@ typedef struct {
     float *work;   /* [V] */
     int64_t *ids;  /* [V] */
     float *row;    /* [V] the penalised row */
+    float *row_max; /* [V] block maxima, kept */
     cand *cands;   /* [V] */
     double *cdf;   /* [V] */
 } scratch;
 
-/* The k best of x (k < vocab) into out[0..k), in id order. */
-static int64_t select_top(const float *x, int64_t vocab, int64_t k, scratch *s, cand *out) {
-    /* 1. threshold from block maxima */
-    const int64_t blocks = 2 * k <= vocab ? 2 * k : vocab;
-    const int64_t size = vocab / blocks;
+#define LANE 16 /* block size of the fast path: one vector of floats */
+
+/* Step 1: a threshold t with at least k logits >= t, the k-th largest of the block maxima. Blocks of LANE
+ * logits when that gives at least k blocks (then only the k or so blocks whose maximum reaches t hold
+ * candidates), else 2k blocks. The blocks' maxima go to s->work, their count to *nb and size to *bs. */
+static float threshold(const float *x, int64_t vocab, int64_t k, scratch *s, int64_t *nb, int64_t *bs) {
+    const int lanes = vocab % LANE == 0 && vocab / LANE >= k;
+    const int64_t blocks = lanes ? vocab / LANE : (2 * k <= vocab ? 2 * k : vocab);
+    const int64_t size = lanes ? LANE : vocab / blocks;
     for (int64_t b = 0; b < blocks; b++) {
         const int64_t end = b == blocks - 1 ? vocab : (b + 1) * size;
         float m = x[b * size];
         for (int64_t i = b * size + 1; i < end; i++) m = x[i] > m ? x[i] : m;
-        s->work[b] = m;
+        s->work[b] = s->row_max[b] = m;
     }
-    const float t = kth_largest(s->work, blocks, k);
-    /* 2. branchless compaction of x >= t */
+    *nb = blocks, *bs = size;
+    return kth_largest(s->work, blocks, k);
+}
+
+/* The k best of x (k < vocab) into out[0..k), in id order. */
+static int64_t select_top(const float *x, int64_t vocab, int64_t k, scratch *s, cand *out) {
+    int64_t blocks, size;
+    const float t = threshold(x, vocab, k, s, &blocks, &size);
+    /* 2. branchless compaction of x >= t, in the blocks that reach t */
     int64_t n = 0;
-    for (int64_t i = 0; i < vocab; i++) {
-        s->ids[n] = i;
-        s->vals[n] = x[i];
-        n += x[i] >= t;
+    for (int64_t b = 0; b < blocks; b++) {
+        if (s->row_max[b] < t) continue;
+        const int64_t end = b == blocks - 1 ? vocab : (b + 1) * size;
+        for (int64_t i = b * size; i < end; i++) {
+            s->ids[n] = i;
+            s->vals[n] = x[i];
+            n += x[i] >= t;
+        }
     }
     /* 3. exact k-th value; ties at it go to the lower ids */
     memcpy(s->work, s->vals, (size_t)n * sizeof(float));
@@ -154,7 +171,7 @@ int sample_rows(const float *logits, int64_t batch, int64_t vocab, int64_t row_s
                 const float *u, int64_t u_stride, const uint8_t *greedy, int64_t *out) {
     scratch s;
     const size_t v = (size_t)vocab;
-    void *mem = malloc(v * (3 * sizeof(float) + sizeof(int64_t) + sizeof(cand) + sizeof(double)));
+    void *mem = malloc(v * (4 * sizeof(float) + sizeof(int64_t) + sizeof(cand) + sizeof(double)));
     if (mem == NULL) return -1;
     s.cands = mem;
     s.cdf = (double *)(s.cands + v);
@@ -162,6 +179,7 @@ int sample_rows(const float *logits, int64_t batch, int64_t vocab, int64_t row_s
     s.vals = (float *)(s.ids + v);
     s.work = s.vals + v;
     s.row = s.work + v;
+    s.row_max = s.row + v;
     for (int64_t b = 0; b < batch; b++) {
         const float *x = logits + b * row_stride;
         if (seen != NULL) {

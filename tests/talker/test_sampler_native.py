@@ -33,7 +33,7 @@ def test_greedy_and_top_k_one_are_argmax(kernel: SamplingKernel) -> None:
 
 
 @pytest.mark.parametrize(("vocab", "top_k", "top_p"), [(2048, 50, 0.95), (3072, 50, 0.8), (64, 20, 0.9),
-                                                       (64, 0, 0.5)])
+                                                       (64, 0, 0.5), (2048, 200, 0.9), (2050, 50, 0.9)])
 def test_with_top_p_it_picks_what_the_torch_path_picks(kernel: SamplingKernel, vocab: int, top_k: int,
                                                        top_p: float) -> None:
     # top-p walks candidates best first, as the torch path does: the same uniform gives the same token
