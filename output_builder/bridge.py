@@ -93,6 +93,7 @@ class OutputPipeline:
         self.on_fatal = on_fatal
         self.batch_frames = batch_frames
         self.jobs_in_flight = 0
+        self.tap: Callable[[StepSnapshot, np.ndarray], None] | None = None  # benchmarks: each step's codes
 
     def route(self, snap: StepSnapshot) -> list[ChunkJob]:
         """Rows of a resolved snapshot → ready chunks (in batch order)."""
@@ -100,6 +101,8 @@ class OutputPipeline:
         codes = snap.codes.numpy()  # [B, G]
         if snap.buffer is not None:
             codes = codes.copy()  # a reused host buffer (CUDA): pending frames must not alias it once released
+        if self.tap is not None:
+            self.tap(snap, codes)
         jobs = []
         for row, seq in enumerate(snap.seqs):
             job = seq.sink.push(codes[row])

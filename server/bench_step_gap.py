@@ -3,8 +3,8 @@
 The workload: `--batch` requests (seeded, sampled) submitted together and admitted one per step, so their chunk
 boundaries are staggered as with real arrivals, each generating `--steps` frames. For each mode it prints the step
 gap (end of step N's sample to start of step N+1's forward) p50/p99, the step time, frames/s and audio seconds per
-wall second, then whether both modes produced byte-identical audio and the ratio of the gaps. It also writes an
-SVG timeline of a window of consecutive steps in both modes.
+wall second, then whether both modes produced byte-identical audio and the same codes, and the ratio of the gaps.
+It also writes an SVG timeline of a window of consecutive steps in both modes.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ FRAME_S = 0.08
 class ModeResult:
     timings: list[StepTiming]
     audio: list[bytes]
+    codes: list[bytes]  # each request's codes, frame after frame (int32)
     wall_s: float
     frames: int
     memory: dict[str, int]
@@ -93,6 +94,15 @@ def max_sample_diff(a: list[bytes], b: list[bytes]) -> int | None:
     return worst
 
 
+def _codes_by_request(steps: list[tuple[tuple[Any, ...], np.ndarray]], ids: list[tuple[str, int]]) -> list[bytes]:
+    """Each request's accepted frames (up to EOS: rows after it depend on when the worker retired the request)."""
+    rows: dict[str, list[bytes]] = {rid: [] for rid, _ in ids}
+    for seqs, codes in steps:  # codes: [B, G]
+        for row, seq in enumerate(seqs):
+            rows[seq.request_id].append(codes[row].astype(np.int32).tobytes())
+    return [b"".join(rows[rid][:frames]) for rid, frames in ids]
+
+
 async def _drain(stream: AudioStream) -> bytes:
     return b"".join([chunk.tobytes() async for chunk in stream])
 
@@ -109,12 +119,17 @@ async def run_mode(args: argparse.Namespace, mode: OutputMode) -> ModeResult:
         engine.worker.timings.clear()
         requests = [SpeechRequest(text=TEXT, seed=1000 + i, max_frames=args.steps, request_id=f"bench-{mode}-{i}")
                     for i in range(args.batch)]
+        assert engine.pipeline is not None
+        steps: list[tuple[tuple[Any, ...], np.ndarray]] = []
+        engine.pipeline.tap = lambda snap, codes: steps.append((snap.seqs, codes))  # no copy: the codes are kept
         start = time.perf_counter()
         streams = engine.submit_many(requests)
         audio = await asyncio.gather(*(_drain(s) for s in streams))
         wall = time.perf_counter() - start
         frames = sum(s.usage.frames for s in streams)
-        return ModeResult(engine.worker.timings.snapshot(), audio, wall, frames, engine.memory())
+        accepted = [(r.request_id, s.usage.frames) for r, s in zip(requests, streams, strict=True)]
+        codes = _codes_by_request(steps, accepted)
+        return ModeResult(engine.worker.timings.snapshot(), audio, codes, wall, frames, engine.memory())
     finally:
         await engine.stop()
 
@@ -174,6 +189,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     out["gap_ratio_mean"] = round(s["gap_us_mean"] / a["gap_us_mean"], 1)
     out["throughput_ratio"] = round(a["frames_per_s"] / s["frames_per_s"], 3)
     out["identical"] = results[OutputMode.SYNC].audio == results[OutputMode.ASYNC].audio
+    out["identical_codes"] = results[OutputMode.SYNC].codes == results[OutputMode.ASYNC].codes
     out["max_sample_diff"] = max_sample_diff(results[OutputMode.SYNC].audio, results[OutputMode.ASYNC].audio)
     out["batch"], out["frames_per_request"] = args.batch, args.steps
     out["memory"] = results[OutputMode.SYNC].memory  # the sync engine holds the codec here, so it sizes its state
@@ -204,7 +220,7 @@ def report(out: dict[str, Any]) -> None:
               f"{m['frames_per_s']:7.1f} frames/s  {m['audio_s_per_s']:6.2f} audio s/s")
     print(f"gap ratio sync/async (p50): {out['gap_ratio']}x  (mean): {out['gap_ratio_mean']}x  "
           f"throughput async/sync: {out['throughput_ratio']}  identical audio: {out['identical']} "
-          f"(max sample difference {out['max_sample_diff']})")
+          f"(max sample difference {out['max_sample_diff']}), identical codes: {out['identical_codes']}")
     print(f"cores two busy processes got (before, after): {out['cpu_parallelism']}")
     mem = out["memory"]
     print(f"memory: {mem.get('bytes_per_request', 0) / 1024:.1f} KiB per active request "
