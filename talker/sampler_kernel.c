@@ -74,7 +74,8 @@ typedef struct {
 
 /* Step 1: a threshold t with at least k logits >= t, the k-th largest of the block maxima. Blocks of LANE
  * logits when that gives at least k blocks (then only the k or so blocks whose maximum reaches t hold
- * candidates), else 2k blocks. The blocks' maxima go to s->work, their count to *nb and size to *bs. */
+ * candidates), else 2k blocks. The blocks' maxima are kept in s->row_max (the quickselect reorders s->work);
+ * their count goes to *nb and their size to *bs. */
 static float threshold(const float *x, int64_t vocab, int64_t k, scratch *s, int64_t *nb, int64_t *bs) {
     const int lanes = vocab % LANE == 0 && vocab / LANE >= k;
     const int64_t blocks = lanes ? vocab / LANE : (2 * k <= vocab ? 2 * k : vocab);

@@ -152,13 +152,19 @@ def ensure_tiny(cache_dir: Path) -> Path:
     return target
 
 
+def sized(size: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The Talker, code predictor and codec configs of a size in SIZES."""
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {', '.join(SIZES)}, not {size!r}")
+    talker, predictor, codec = ({**base, **SIZES[size].get(part, {})} for part, base in
+                                (("talker", TALKER), ("predictor", PREDICTOR), ("codec", CODEC)))
+    return talker, predictor, codec
+
+
 def export_tiny(directory: Path, size: str = "tiny") -> Path:
     """Write the tiny checkpoint to `directory` in the official layout; `size` "0.6b" gives it the layer sizes of
     Qwen3-TTS-12Hz-0.6B (random weights, the tiny tokenizer), for benchmarks on an accelerator."""
-    if size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, not {size!r}")
-    talker_cfg, predictor_cfg, codec_cfg = ({**base, **SIZES[size].get(part, {})} for part, base in
-                                            (("talker", TALKER), ("predictor", PREDICTOR), ("codec", CODEC)))
+    talker_cfg, predictor_cfg, codec_cfg = sized(size)
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     tokenizer.save(str(directory / "tokenizer.json"))

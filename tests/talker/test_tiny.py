@@ -11,7 +11,7 @@ from talker.models.frontend import load_tokenizer
 from talker.models.loader import load_talker
 from talker.models.qwen3_tts.config import Qwen3TTSConfig
 from talker.models.qwen3_tts.prompt import assistant_text
-from talker.models.tiny import PREDICTOR, SIZES, TALKER, checkpoint_config, ensure_tiny, export_tiny
+from talker.models.tiny import checkpoint_config, ensure_tiny, export_tiny, sized
 
 
 def test_tiny_is_generated_once_in_the_official_layout(tiny_dir: Path, tiny_cache: Path) -> None:
@@ -50,8 +50,7 @@ def test_tiny_codec_is_audible(tiny_dir: Path) -> None:
 
 
 def test_the_0_6b_size_has_qwen3_tts_0_6b_layers_and_a_valid_config() -> None:
-    talker_cfg, predictor_cfg = ({**base, **SIZES["0.6b"][part]} for part, base in
-                                 (("talker", TALKER), ("predictor", PREDICTOR)))
+    talker_cfg, predictor_cfg, _ = sized("0.6b")
     cfg = Qwen3TTSConfig.from_dict(checkpoint_config(1000, talker_cfg, predictor_cfg))
     assert (cfg.talker.num_layers, cfg.talker.hidden_size, cfg.talker.num_heads, cfg.talker.num_kv_heads) == (
         28, 1024, 16, 8)
