@@ -1,8 +1,11 @@
 """`talkstream bench serve`: load a running server over HTTP and WebSocket at several concurrencies.
 
 For each protocol and concurrency it runs `--requests` requests (at least one per stream) from that many concurrent
-clients and reports time to first audio byte p50/p99, the per-stream real-time factor (generation wall time over
-audio duration; below 1 is faster than real time), aggregate audio seconds per wall second and failures.
+clients, each sending its next request when its last one ends. The streams start `--stagger-ms` apart, as users
+arrive; with 0 they start at once and, asking for the same text, stay in step: every request then comes in a burst
+of them all. It reports time to first audio byte p50/p99, the per-stream real-time factor (generation wall time
+over audio duration; below 1 is faster than real time), aggregate audio seconds per wall second (the wall time
+includes the staggered start) and failures.
 With --json the last printed line is the whole result as JSON.
 """
 
@@ -57,7 +60,7 @@ class Level:
             "ttfa_ms_p50": _pct(ttfa, 50), "ttfa_ms_p99": _pct(ttfa, 99),
             "rtf_p50": _pct(rtf, 50), "rtf_max": max(rtf, default=None),
             "audio_s_per_s": round(audio / self.wall_s, 3) if self.wall_s else None,
-            "client_cpu_s": round(self.client_cpu_s, 3),
+            "wall_s": round(self.wall_s, 3), "client_cpu_s": round(self.client_cpu_s, 3),
             "first_failure": self.failures[0] if self.failures else None,
         }
 
@@ -75,6 +78,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--text", default=TEXT)
     p.add_argument("--voice", default="alloy")
     p.add_argument("--api-key", default=None)
+    p.add_argument("--stagger-ms", type=float, default=50.0,
+                   help="stream k starts k x this after the level begins (0: all at once)")
     p.add_argument("--json", action="store_true")
     return p
 
@@ -124,7 +129,11 @@ async def run_level(args: argparse.Namespace, protocol: str, concurrency: int) -
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     worker = _http_worker if protocol == "http" else _ws_worker
     t0, cpu0 = time.perf_counter(), _cpu_s()
-    await asyncio.gather(*(worker(args, headers, queue, level) for _ in range(concurrency)))
+    async def stream(k: int) -> None:
+        await asyncio.sleep(k * args.stagger_ms / 1e3)
+        await worker(args, headers, queue, level)
+
+    await asyncio.gather(*(stream(k) for k in range(concurrency)))
     level.wall_s, level.client_cpu_s = time.perf_counter() - t0, _cpu_s() - cpu0
     return level
 
@@ -181,7 +190,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             level = await run_level(args, proto, c)
             results.append(level.summary())
             report_line(results[-1])
-    return {"bench": "serve", "url": args.url, "text_chars": len(args.text), "levels": results}
+    return {"bench": "serve", "url": args.url, "text_chars": len(args.text), "stagger_ms": args.stagger_ms,
+            "levels": results}
 
 
 def report_line(r: dict[str, Any]) -> None:

@@ -58,6 +58,15 @@ def test_bench_serve_prints_json_last(live: LiveServer, capsys: pytest.CaptureFi
         assert level["ttfa_ms_p50"] > 0 and level["rtf_p50"] > 0 and level["audio_s_per_s"] > 0
 
 
+def test_bench_serve_staggers_the_streams_starts(live: LiveServer, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["bench", "serve", "--url", live.url, "--concurrency", "2", "--requests", "2", "--protocol", "ws",
+                     "--text", "Hi.", "--stagger-ms", "400", "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["stagger_ms"] == 400
+    assert result["levels"][0]["wall_s"] >= 0.4  # the second stream started 400 ms after the first
+
+
 def test_serve_flags_parse() -> None:
     args = cli.parser().parse_args(["serve", "--model", "tiny", "--port", "9000", "--device", "cpu",
                                     "--output-mode", "sync", "--max-batch", "4", "--max-queue", "2",
