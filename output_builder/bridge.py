@@ -11,6 +11,7 @@ audio: the codec's output for a row is exact for a given batch composition, not 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -169,7 +170,7 @@ class AsyncBridge:
     Each step's snapshot crosses once, in order. The worker appends it to a deque and wakes the event loop with
     `call_soon_threadsafe` only when the router is parked. While steps keep coming the router polls the deque
     every `poll_s` instead: on two cores a wake-up per step costs the worker 25-60 µs of GIL hand-off inside the
-    step gap (measured), a deque append about 1 µs.
+    step gap (measured), a deque append about 1 µs. A step that holds new requests' first frames wakes it at once.
 
     The router turns snapshots into codec calls as soon as their copies land; the decoder runs one call at a time,
     urgent ones (first chunks) before the backlog. A request's chunks still decode in order: its first chunk is
@@ -179,8 +180,10 @@ class AsyncBridge:
     def __init__(
         self, loop: asyncio.AbstractEventLoop, pipeline: OutputPipeline, codec_pool: ThreadPoolExecutor,
         on_abort: Callable[[str], None], poll_s: float = 0.002, idle_polls: int = 50, codec_timeout_s: float = 30.0,
+        first_due: Callable[[], bool] | None = None, hold_s: float = 0.0,
     ) -> None:
         self.loop, self.pipeline, self.pool, self.on_abort = loop, pipeline, codec_pool, on_abort
+        self.first_due, self.hold_s = first_due, hold_s
         self.codec_timeout_s = codec_timeout_s
         self.poll_s, self.idle_polls = poll_s, idle_polls
         self._ready: deque[StepSnapshot | None] = deque()
@@ -193,7 +196,7 @@ class AsyncBridge:
 
     def publish(self, snapshot: StepSnapshot | None) -> None:  # worker thread
         self._ready.append(snapshot)
-        if self._parked:
+        if self._parked or snapshot is None or snapshot.first_frames:  # first frames: no poll interval's delay
             self._parked = False
             self.loop.call_soon_threadsafe(self._wakeup.set)
 
@@ -220,7 +223,10 @@ class AsyncBridge:
         while not self._ready:
             if polls < self.idle_polls:
                 polls += 1
-                await asyncio.sleep(self.poll_s)
+                self._wakeup.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.poll_s):
+                        await self._wakeup.wait()
                 continue
             self._parked = True
             if self._ready:  # appended between the check and parking
@@ -261,6 +267,8 @@ class AsyncBridge:
             while not self._urgent and not self._calls:
                 self._calls_ready.clear()
                 await self._calls_ready.wait()
+            if not self._urgent and self._calls[0] is not None:
+                await self._hold()
             call = self._urgent.popleft() if self._urgent else self._calls.popleft()
             if call is None:
                 return
@@ -272,6 +280,18 @@ class AsyncBridge:
                 self.pipeline.deliver(call, pcm)
             finally:
                 self.pipeline.jobs_in_flight -= len(call)
+
+    async def _hold(self) -> None:
+        """Keep the codec free for a first chunk that is due (a new request is in the Talker): a backlog call
+        started now would make it wait for the whole call."""
+        if self.first_due is None or self.hold_s <= 0:
+            return
+        end = self.loop.time() + self.hold_s
+        while not self._urgent and self.first_due() and (left := end - self.loop.time()) > 0:
+            self._calls_ready.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(left, 0.002)):
+                    await self._calls_ready.wait()
 
     async def _decode(self, jobs: list[ChunkJob]) -> list[np.ndarray | None]:
         call = self.loop.run_in_executor(self.pool, self.pipeline.decoder.decode, jobs)

@@ -79,7 +79,8 @@ class Engine:
         self.pipeline = OutputPipeline(ChunkDecoder(backend), self._mark_dead, cfg.codec_batch_frames)
         if cfg.output_mode is OutputMode.ASYNC:
             self._bridge = AsyncBridge(self._loop, self.pipeline, self._codec_pool, self._abort,
-                                       codec_timeout_s=cfg.codec_timeout_s)
+                                       codec_timeout_s=cfg.codec_timeout_s, first_due=self._first_due,
+                                       hold_s=cfg.codec_hold_s)
         else:
             self._bridge = SyncBridge(self._loop, self.pipeline, self._abort, cfg.codec_timeout_s)
         t = loaded.talker.cfg.talker
@@ -91,7 +92,7 @@ class Engine:
                  "on" if self.native_kernels else "off", "on" if loaded.sampler else "off")
         self.worker = TalkerWorker(runner, DeviceLayer(loaded.device, cfg.torch_threads), cfg.max_batch,
                                    self._bridge, loaded.talker.cfg.codec.eos, cfg.max_prefills_per_step,
-                                   cfg.timing_ring, cfg.max_prefill_tokens)
+                                   cfg.timing_ring, cfg.max_prefill_tokens, cfg.prefill_alone)
         self._bridge.start()
         self.worker.start()
         self._watchdog = self._loop.create_task(self._watch_readers(), name="reader-watchdog")
@@ -197,6 +198,11 @@ class Engine:
         for rid in [rid for rid, out in self._outputs.items() if out.stream.done]:
             del self._outputs[rid]
         return len(self._outputs)
+
+    def _first_due(self) -> bool:
+        """A request with a Talker slot has no chunk yet: its first chunk wants the codec within a step or two."""
+        outs = self._outputs
+        return len(outs) <= self.config.max_batch and any(o.chunks == 0 and not o.closed for o in outs.values())
 
     def _abort(self, request_id: str) -> None:
         out = self._outputs.pop(request_id, None)

@@ -32,12 +32,14 @@ class EngineConfig:
     max_queue: int = 64  # requests waiting for a slot before new ones are refused
     max_prefills_per_step: int = 32  # new requests prefilled together in one step (a burst shares one prefill)
     max_prefill_tokens: int = 2048  # and only while count x longest prompt fits: bounds the step others wait on
+    prefill_alone: bool = True  # new requests' prefill as a step of its own (the running ones sit it out)
     max_len: int = 2048  # KV positions per slot (prompt + frames)
     max_frames: int = 1024  # per request (82 s of audio); at most max_len // 2
     text_width: int = 4608  # text tokens per request (4096 characters of any script fit)
     first_chunk_frames: int = 1  # 80 ms of audio: the first chunk leaves after one step
     chunk_frames: int = 8  # the largest chunk: sizes double from first_chunk_frames up to it
     codec_batch_frames: int = 64  # frames per codec call: bounds how long a new request's first chunk can wait
+    codec_hold_s: float = 0.02  # a backlog codec call waits up to this long while a first chunk is due
     max_ahead_s: float = 8.0  # audio buffered ahead of a reader before its request is paused
     reader_timeout_s: float = 30.0  # a reader that reads nothing for this long while audio waits is dropped
     codec_timeout_s: float = 30.0  # a codec decode call that takes longer fails its requests and kills the engine
@@ -57,6 +59,8 @@ class EngineConfig:
             raise ValueError("max_queue must be >= 0")
         if self.max_ahead_s <= 0 or self.reader_timeout_s <= 0 or self.codec_timeout_s <= 0:
             raise ValueError("max_ahead_s, reader_timeout_s and codec_timeout_s must be > 0")
+        if self.codec_hold_s < 0:
+            raise ValueError("codec_hold_s must be >= 0")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise ValueError(f"device must be auto, cpu or cuda[:N], not {self.device!r}")
         if self.model != "tiny" and not Path(self.model).is_dir():

@@ -53,9 +53,11 @@ class StepPlan:
 
 
 class Scheduler:
-    def __init__(self, max_batch: int, max_prefills: int, max_len: int, max_prefill_tokens: int = 2048) -> None:
+    def __init__(self, max_batch: int, max_prefills: int, max_len: int, max_prefill_tokens: int = 2048,
+                 prefill_alone: bool = False) -> None:
         self.max_batch, self.max_prefills, self.max_len = max_batch, max_prefills, max_len
         self.max_prefill_tokens = max_prefill_tokens
+        self.prefill_alone = prefill_alone  # new requests' first frame from a step of their own
         self.free_slots = list(range(max_batch - 1, -1, -1))
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
@@ -91,7 +93,16 @@ class Scheduler:
             prefill.append(seq)
         self.version += 1
         decode = self._plan.decode
+        if self.prefill_alone and decode:
+            self._skip(decode)
+            decode = []
         return StepPlan(decode, prefill, self.version, (*decode, *prefill), self._plan.kv_offset)
+
+    def _skip(self, seqs: list[Seq]) -> None:
+        """Running sequences sit out one step: their frame count and last step move on by one."""
+        for seq in seqs:
+            seq.join_step += 1
+            self._file_deadline(seq)
 
     def advance(self, plan: StepPlan, step: int) -> None:
         """After a step: new sequences join the decode batch; those whose last step this was finish."""

@@ -39,6 +39,7 @@ class StepSnapshot:
     fatal: bool = False  # the engine is dead
     buffer: HostBuffer | None = None
     timing: StepTiming | None = None
+    first_frames: bool = False  # the step prefilled new requests: its rows hold their first frames
     _readers: int = 2  # the output side and the worker's retire check
 
     def release(self) -> None:

@@ -58,10 +58,10 @@ FaultHook = Callable[[str, tuple[Seq, ...]], None]
 class TalkerWorker:
     def __init__(
         self, runner: Runner, device: DeviceLayer, max_batch: int, publisher: Publisher, eos_id: int,
-        max_prefills: int = 32, timing_ring: int = 4096, max_prefill_tokens: int = 2048,
+        max_prefills: int = 32, timing_ring: int = 4096, max_prefill_tokens: int = 2048, prefill_alone: bool = False,
     ) -> None:
         self.runner, self.device, self.publisher, self.eos_id = runner, device, publisher, eos_id
-        self.scheduler = Scheduler(max_batch, max_prefills, runner.kv.max_len, max_prefill_tokens)
+        self.scheduler = Scheduler(max_batch, max_prefills, runner.kv.max_len, max_prefill_tokens, prefill_alone)
         self.inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self.timings = TimingRing(timing_ring)
         self.fault_hook: FaultHook | None = None  # test-only fault injection
@@ -173,7 +173,8 @@ class TalkerWorker:
         self._failures = 0
         self.scheduler.advance(plan, self._step)
         host, fence, buf = self.device.to_host(codes)
-        snap = StepSnapshot(self._step, plan.batch, host, fence, buffer=buf, timing=timing)
+        snap = StepSnapshot(self._step, plan.batch, host, fence, buffer=buf, timing=timing,
+                            first_frames=bool(plan.prefill))
         self._unretired.append(snap)
         timing.batch = len(plan.batch)
         self.timings.push(timing)

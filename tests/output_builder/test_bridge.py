@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -120,3 +121,62 @@ async def test_a_new_request_is_decoded_ahead_of_the_backlog_and_streams_stay_in
 async def _until(cond: Callable[[], bool]) -> None:
     while not cond():
         await asyncio.sleep(0.001)
+
+
+async def test_a_backlog_call_waits_while_a_first_chunk_is_due_and_the_first_chunk_goes_first() -> None:
+    backend = Recorder()
+    pipe = pipeline(backend)
+    pool = ThreadPoolExecutor(1)
+    new = output("new")
+    bridge = AsyncBridge(asyncio.get_running_loop(), pipe, pool, lambda rid: None, poll_s=0.001,
+                         first_due=lambda: new.chunks == 0, hold_s=5.0)
+    bridge.start()
+    old = output("old", first_chunk=2, chunk=2)
+    old.chunks = 1
+    bridge.publish(snapshot(0, [old]))
+    bridge.publish(snapshot(1, [old]))  # a backlog call, held: new's first chunk is due
+    await asyncio.sleep(0.05)
+    assert backend.calls == []
+    bridge.publish(snapshot(2, [old, new]))
+    await asyncio.wait_for(_until(lambda: pipe.jobs_in_flight == 0 and len(backend.calls) == 2), 5.0)
+    await bridge.stop()
+    pool.shutdown()
+    assert backend.calls == [[new.stream_id], [old.stream_id]]
+
+
+async def test_the_hold_on_the_backlog_is_bounded() -> None:
+    backend = Recorder()
+    pipe = pipeline(backend)
+    pool = ThreadPoolExecutor(1)
+    bridge = AsyncBridge(asyncio.get_running_loop(), pipe, pool, lambda rid: None, poll_s=0.001,
+                         first_due=lambda: True, hold_s=0.05)
+    bridge.start()
+    old = output("old", first_chunk=2, chunk=2)
+    old.chunks = 1
+    t0 = time.perf_counter()
+    bridge.publish(snapshot(0, [old]))
+    bridge.publish(snapshot(1, [old]))
+    await asyncio.wait_for(_until(lambda: len(backend.calls) == 1), 5.0)
+    assert time.perf_counter() - t0 >= 0.05
+    await bridge.stop()
+    pool.shutdown()
+
+
+async def test_a_step_with_first_frames_is_routed_without_waiting_for_the_poll() -> None:
+    routed: list[int] = []
+    pipe = pipeline(Recorder())
+    pipe.tap = lambda snap, codes: routed.append(snap.step)
+    pool = ThreadPoolExecutor(1)
+    bridge = AsyncBridge(asyncio.get_running_loop(), pipe, pool, lambda rid: None, poll_s=2.0, idle_polls=100)
+    bridge.start()
+    bridge.publish(snapshot(0, [output("a", first_chunk=4)]))  # wakes the parked router, which then polls
+    await asyncio.wait_for(_until(lambda: routed == [0]), 5.0)
+    await asyncio.sleep(0.01)
+    first = snapshot(1, [output("b")])
+    first.first_frames = True
+    t0 = time.perf_counter()
+    bridge.publish(first)
+    await asyncio.wait_for(_until(lambda: routed == [0, 1]), 5.0)
+    assert time.perf_counter() - t0 < 1.0  # not the 2 s poll interval
+    await bridge.stop()
+    pool.shutdown()

@@ -94,3 +94,24 @@ def test_one_prompt_over_the_budget_is_still_admitted_alone() -> None:
     s.add(_long_seq(0, 99))
     s.add(_long_seq(1, 3))
     assert [q.request_id for q in s.schedule().prefill] == ["r0"]
+
+
+def test_a_prefill_alone_step_is_sat_out_by_the_running_rows_without_losing_a_frame() -> None:
+    s = Scheduler(max_batch=2, max_prefills=2, max_len=100, prefill_alone=True)
+    a, b = _seq(0, max_frames=4), _seq(1)
+    s.add(a)
+    _step(s, 0)
+    s.add(b)
+    plan = s.schedule()
+    assert plan.batch == (b,) and plan.decode == []  # a sits out step 1
+    for seq in plan.prefill:
+        seq.prefill_len = 5
+    s.commit(plan, 1)
+    s.expire(1)
+    plan = s.schedule()
+    assert plan.batch == (a, b)
+    assert plan.kv_offset + 2 == 5 + 1  # a's KV still ends at position 5 at step 2: it gained no frame at step 1
+    for step in range(2, 5):
+        assert a.status is SeqStatus.RUNNING
+        _step(s, step)
+    assert a.status is SeqStatus.DONE and a.frames_after(4) == 4  # frames at steps 0, 2, 3 and 4
