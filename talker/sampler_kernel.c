@@ -10,7 +10,8 @@
  *   1. split the row into blocks (16 logits each when that makes at least k blocks, else 2k blocks) and take t,
  *      the k-th largest block maximum: at least k logits are >= t, all in the blocks whose maximum reaches t;
  *   2. compact the logits >= t of those blocks (about k of them) without branches;
- *   3. quickselect the k-th largest among them, and keep what beats it, plus ties by id.
+ *   3. select the k-th largest among them, and keep what beats it, plus ties by id.
+ * Both selections are quickselects with a branch-free partition.
  */
 #include <math.h>
 #include <stdint.h>
@@ -22,26 +23,34 @@ typedef struct {
     int64_t id;
 } cand;
 
-/* The k-th largest (k >= 1) of v[0..n), by quickselect; v is reordered. */
-static float kth_largest(float *v, int64_t n, int64_t k) {
-    int64_t lo = 0, hi = n - 1, want = k - 1;
-    while (lo < hi) {
-        const float pivot = v[lo + (hi - lo) / 2];
-        int64_t i = lo, j = hi;
-        while (i <= j) {
-            while (v[i] > pivot) i++;
-            while (v[j] < pivot) j--;
-            if (i <= j) {
-                const float tmp = v[i];
-                v[i++] = v[j];
-                v[j--] = tmp;
-            }
+/* The k-th largest (k >= 1) of v[0..n): a quickselect whose three-way partition is branch-free (each value is
+ * written to both ends of the other buffer and only the matching end advances). v and spare (n each) are used. */
+static float kth_largest(float *v, int64_t n, int64_t k, float *spare) {
+    float *out = spare;
+    for (;;) {
+        const float a = v[0], b = v[n / 2], c = v[n - 1];
+        const float pivot = a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+        int64_t greater = 0, less = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const float x = v[i];
+            out[greater] = x;
+            out[n - 1 - less] = x;
+            greater += x > pivot;
+            less += x < pivot;
         }
-        if (want <= j) hi = j;
-        else if (want >= i) lo = i;
-        else return v[want];
+        if (k <= greater) {
+            n = greater;
+        } else if (k <= n - less) {
+            return pivot;
+        } else {
+            k -= n - less;
+            out += n - less;
+            n = less;
+        }
+        float *next = v;
+        v = out;
+        out = next;
     }
-    return v[want];
 }
 
 /* x with the penalty applied to seen ids, into out */
@@ -66,28 +75,44 @@ typedef struct {
     int64_t *ids;  /* [V] */
     float *row;    /* [V] the penalised row */
     float *row_max; /* [V] block maxima, kept */
+    float *spare;  /* [V] */
     cand *cands;   /* [V] */
     double *cdf;   /* [V] */
 } scratch;
 
 #define LANE 16 /* block size of the fast path: one vector of floats */
 
+static inline float max2(float a, float b) { return a > b ? a : b; }
+
+/* The maximum of 16 floats as a tree of elementwise maxima, which compilers vectorise (a running maximum is a
+ * chain of dependent compares). Maxima are exact, so the order does not change the value. */
+static inline float max16(const float *x) {
+    float m[8];
+    for (int j = 0; j < 8; j++) m[j] = max2(x[j], x[j + 8]);
+    for (int j = 0; j < 4; j++) m[j] = max2(m[j], m[j + 4]);
+    return max2(max2(m[0], m[2]), max2(m[1], m[3]));
+}
+
+static float max_of(const float *x, int64_t n) {
+    float m = x[0];
+    for (int64_t i = 1; i < n; i++) m = max2(x[i], m);
+    return m;
+}
+
 /* Step 1: a threshold t with at least k logits >= t, the k-th largest of the block maxima. Blocks of LANE
  * logits when that gives at least k blocks (then only the k or so blocks whose maximum reaches t hold
- * candidates), else 2k blocks. The blocks' maxima are kept in s->row_max (the quickselect reorders s->work);
- * their count goes to *nb and their size to *bs. */
+ * candidates), else 2k blocks. The blocks' maxima are kept in s->row_max (the selection reorders s->work and
+ * s->spare); their count goes to *nb and their size to *bs. */
 static float threshold(const float *x, int64_t vocab, int64_t k, scratch *s, int64_t *nb, int64_t *bs) {
     const int lanes = vocab % LANE == 0 && vocab / LANE >= k;
     const int64_t blocks = lanes ? vocab / LANE : (2 * k <= vocab ? 2 * k : vocab);
     const int64_t size = lanes ? LANE : vocab / blocks;
     for (int64_t b = 0; b < blocks; b++) {
         const int64_t end = b == blocks - 1 ? vocab : (b + 1) * size;
-        float m = x[b * size];
-        for (int64_t i = b * size + 1; i < end; i++) m = x[i] > m ? x[i] : m;
-        s->work[b] = s->row_max[b] = m;
+        s->work[b] = s->row_max[b] = lanes ? max16(x + b * size) : max_of(x + b * size, end - b * size);
     }
     *nb = blocks, *bs = size;
-    return kth_largest(s->work, blocks, k);
+    return kth_largest(s->work, blocks, k, s->spare);
 }
 
 /* The k best of x (k < vocab) into out[0..k), in id order. */
@@ -107,7 +132,7 @@ static int64_t select_top(const float *x, int64_t vocab, int64_t k, scratch *s, 
     }
     /* 3. exact k-th value; ties at it go to the lower ids */
     memcpy(s->work, s->vals, (size_t)n * sizeof(float));
-    const float kth = kth_largest(s->work, n, k);
+    const float kth = kth_largest(s->work, n, k, s->spare);
     int64_t ties = k;
     for (int64_t r = 0; r < n; r++) ties -= s->vals[r] > kth;
     int64_t m = 0;
@@ -172,7 +197,7 @@ int sample_rows(const float *logits, int64_t batch, int64_t vocab, int64_t row_s
                 const float *u, int64_t u_stride, const uint8_t *greedy, int64_t *out) {
     scratch s;
     const size_t v = (size_t)vocab;
-    void *mem = malloc(v * (4 * sizeof(float) + sizeof(int64_t) + sizeof(cand) + sizeof(double)));
+    void *mem = malloc(v * (5 * sizeof(float) + sizeof(int64_t) + sizeof(cand) + sizeof(double)));
     if (mem == NULL) return -1;
     s.cands = mem;
     s.cdf = (double *)(s.cands + v);
@@ -181,6 +206,7 @@ int sample_rows(const float *logits, int64_t batch, int64_t vocab, int64_t row_s
     s.work = s.vals + v;
     s.row = s.work + v;
     s.row_max = s.row + v;
+    s.spare = s.row_max + v;
     for (int64_t b = 0; b < batch; b++) {
         const float *x = logits + b * row_stride;
         if (seen != NULL) {
