@@ -189,6 +189,7 @@ class AsyncBridge:
         self._ready: deque[StepSnapshot | None] = deque()
         self._parked = True
         self._wakeup = asyncio.Event()
+        self._napping: asyncio.Future[None] | None = None
         self._urgent: deque[list[ChunkJob]] = deque()
         self._calls: deque[list[ChunkJob] | None] = deque()  # None: the router is done
         self._calls_ready = asyncio.Event()
@@ -196,9 +197,11 @@ class AsyncBridge:
 
     def publish(self, snapshot: StepSnapshot | None) -> None:  # worker thread
         self._ready.append(snapshot)
-        if self._parked or snapshot is None or snapshot.first_frames:  # first frames: no poll interval's delay
+        if self._parked:
             self._parked = False
             self.loop.call_soon_threadsafe(self._wakeup.set)
+        elif snapshot is None or snapshot.first_frames:  # first audio: no poll interval's delay
+            self.loop.call_soon_threadsafe(self._end_nap)
 
     def start(self) -> None:
         self._tasks = {self.loop.create_task(self._route(), name="output-router"),
@@ -208,6 +211,7 @@ class AsyncBridge:
         self._ready.append(None)
         self._parked = False
         self._wakeup.set()
+        self._end_nap()
         if self._tasks:  # tasks stuck behind a hung codec call are cancelled
             _, pending = await asyncio.wait(self._tasks, timeout=STOP_TIMEOUT_S)
             for task in pending:
@@ -223,10 +227,7 @@ class AsyncBridge:
         while not self._ready:
             if polls < self.idle_polls:
                 polls += 1
-                self._wakeup.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.poll_s):
-                        await self._wakeup.wait()
+                await self._nap()
                 continue
             self._parked = True
             if self._ready:  # appended between the check and parking
@@ -236,6 +237,20 @@ class AsyncBridge:
             await self._wakeup.wait()
             polls = 0
         return self._ready.popleft()
+
+    async def _nap(self) -> None:
+        """`asyncio.sleep(poll_s)` (as cheap: one future and one timer) that `_end_nap` can cut short."""
+        self._napping = nap = self.loop.create_future()
+        timer = self.loop.call_later(self.poll_s, self._end_nap)
+        try:
+            await nap
+        finally:
+            timer.cancel()
+            self._napping = None
+
+    def _end_nap(self) -> None:
+        if self._napping is not None and not self._napping.done():
+            self._napping.set_result(None)
 
     async def _route(self) -> None:
         try:
