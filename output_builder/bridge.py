@@ -173,7 +173,8 @@ class AsyncBridge:
     step gap (measured), a deque append about 1 µs. A step that holds new requests' first frames wakes it at once.
 
     The router turns snapshots into codec calls as soon as their copies land; the decoder runs one call at a time,
-    urgent ones (first chunks) before the backlog. A request's chunks still decode in order: its first chunk is
+    urgent ones (first chunks) before the backlog, and starts no backlog call (for up to `hold_s`) while a new
+    request's first chunk is due (`first_due`). A request's chunks still decode in order: its first chunk is
     queued, and so taken, before any later one, and the queue of the rest is first in, first out.
     """
 
