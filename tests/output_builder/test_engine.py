@@ -156,3 +156,27 @@ async def test_submit_before_start_and_after_stop_is_refused(engine_config: Engi
     assert e.state is EngineState.STOPPED
     with pytest.raises(EngineDeadError):
         e.submit(SpeechRequest(text=TEXT))
+
+
+def test_a_first_chunk_is_due_only_for_an_open_request_with_a_slot_and_no_chunk() -> None:
+    from output_builder.assembler import RequestOutput
+
+    e = Engine(EngineConfig(max_batch=3, warmup=False))
+
+    def out(rid: str) -> RequestOutput:
+        stream = AudioStream(rid, 24000, 8.0, lambda r: None, lambda r, p: None)
+        e._outputs[rid] = o = RequestOutput(rid, stream, 100, 99, 1, 8)
+        return o
+
+    assert not e._first_due()
+    a = out("a")
+    assert e._first_due()  # submitted, no chunk yet
+    a.chunks = 1
+    assert not e._first_due()
+    b = out("b")
+    b.abandon()  # cancelled before its first chunk
+    assert not e._first_due()
+    out("c")
+    assert e._first_due()
+    out("d")  # more requests than slots: some wait in the queue, so no hold
+    assert not e._first_due()
