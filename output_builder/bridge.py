@@ -1,8 +1,9 @@
 """The one bridge from the Talker worker to asyncio, and the output work behind it.
 
 async mode: the worker's `publish` is one `call_soon_threadsafe` per step; a router task on the event loop takes
-snapshots in order, waits for each copy off-loop and routes rows to requests; a decoder task runs the codec calls
-on the codec worker thread, new requests' first chunks ahead of the backlog.
+snapshots in order, waits for each copy off-loop and routes rows to requests; two lane tasks run the codec calls on
+the codec worker threads: new requests' first chunks on the urgent lane, which the codec serves in the middle of a
+backlog call (output_builder/codec_process.py), the rest on the backlog lane.
 sync mode: the same routing and decoding run inline on the worker before its next step (the "before" picture).
 Both cut chunks and compose codec calls identically (`OutputPipeline.batches`), so they produce byte-identical
 audio: the codec's output for a row is exact for a given batch composition, not across compositions.
@@ -37,7 +38,7 @@ class CodecTimeoutError(CodecProcessError):
 
 
 class DecodeBackend(Protocol):
-    def decode(self, jobs: list[tuple[int, np.ndarray]]) -> list[np.ndarray]: ...
+    def decode(self, jobs: list[tuple[int, np.ndarray]], urgent: bool = False) -> list[np.ndarray]: ...
 
     def close_stream(self, sid: int) -> None: ...
 
@@ -50,7 +51,7 @@ class InProcessCodec:
         self._states: dict[int, object] = {}
         self._closed: list[int] = []
 
-    def decode(self, jobs: list[tuple[int, np.ndarray]]) -> list[np.ndarray]:
+    def decode(self, jobs: list[tuple[int, np.ndarray]], urgent: bool = False) -> list[np.ndarray]:
         closed, self._closed = self._closed, []
         return decode_batch(self.codec, self._states, DecodeRequest(jobs, closed))
 
@@ -66,7 +67,7 @@ class ChunkDecoder:
         self.fault_hook: FaultHook | None = None  # test-only fault injection
         self.open_streams: set[int] = set()  # stream ids with codec state (a leak shows here)
 
-    def decode(self, jobs: list[ChunkJob]) -> list[np.ndarray | None]:
+    def decode(self, jobs: list[ChunkJob], urgent: bool = False) -> list[np.ndarray | None]:
         if self.fault_hook is not None:
             self.fault_hook("codec", jobs)
         live = [j for j in jobs if j.codes is not None and not j.out.stream.done]
@@ -74,7 +75,8 @@ class ChunkDecoder:
             self.open_streams.add(j.out.stream_id)
             if j.out.released:  # released on the loop meanwhile
                 self.open_streams.discard(j.out.stream_id)
-        pcm = self.backend.decode([(j.out.stream_id, j.codes) for j in live]) if live else []  # type: ignore[misc]
+        pairs = [(j.out.stream_id, j.codes) for j in live]
+        pcm = self.backend.decode(pairs, urgent) if live else []  # type: ignore[arg-type]
         by_job = {id(j): a for j, a in zip(live, pcm, strict=True)}
         return [by_job.get(id(j)) for j in jobs]
 
@@ -172,10 +174,11 @@ class AsyncBridge:
     every `poll_s` instead: on two cores a wake-up per step costs the worker 25-60 µs of GIL hand-off inside the
     step gap (measured), a deque append about 1 µs. A step that holds new requests' first frames wakes it at once.
 
-    The router turns snapshots into codec calls as soon as their copies land; the decoder runs one call at a time,
-    urgent ones (first chunks) before the backlog, and starts no backlog call (for up to `hold_s`) while a new
-    request's first chunk is due (`first_due`). A request's chunks still decode in order: its first chunk is
-    queued, and so taken, before any later one, and the queue of the rest is first in, first out.
+    The router turns snapshots into codec calls as soon as their copies land. Each lane runs one call at a time
+    (`codec_pool` needs a thread per lane): the urgent lane the new requests' first chunks, the backlog lane the
+    rest, first in, first out. A backlog call waits for the first chunks of its streams (so a request's chunks
+    decode in order), and starts not at all (for up to `hold_s`) while a new request's first chunk is due
+    (`first_due`): the Talker step that makes it runs on a core the codec leaves free.
     """
 
     def __init__(
@@ -191,9 +194,11 @@ class AsyncBridge:
         self._parked = True
         self._wakeup = asyncio.Event()
         self._napping: asyncio.Future[None] | None = None
-        self._urgent: deque[list[ChunkJob]] = deque()
-        self._calls: deque[list[ChunkJob] | None] = deque()  # None: the router is done
-        self._calls_ready = asyncio.Event()
+        self._urgent: deque[list[ChunkJob] | None] = deque()  # None: the router is done
+        self._calls: deque[list[ChunkJob] | None] = deque()
+        self._urgent_ready, self._calls_ready = asyncio.Event(), asyncio.Event()
+        self._firsts: set[int] = set()  # streams whose first chunk is queued or decoding
+        self._firsts_done = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
 
     def publish(self, snapshot: StepSnapshot | None) -> None:  # worker thread
@@ -206,7 +211,8 @@ class AsyncBridge:
 
     def start(self) -> None:
         self._tasks = {self.loop.create_task(self._route(), name="output-router"),
-                       self.loop.create_task(self._decode_calls(), name="output-decoder")}
+                       self.loop.create_task(self._lane(urgent=True), name="output-first-chunks"),
+                       self.loop.create_task(self._lane(urgent=False), name="output-backlog")}
 
     async def stop(self) -> None:
         self._ready.append(None)
@@ -261,7 +267,9 @@ class AsyncBridge:
                 except Exception:  # a bug here must not kill the output path for everyone
                     log.exception("output router failed on step %d", snap.step)
         finally:
+            self._urgent.append(None)
             self._calls.append(None)
+            self._urgent_ready.set()
             self._calls_ready.set()
 
     async def _route_one(self, snap: StepSnapshot) -> None:
@@ -275,27 +283,44 @@ class AsyncBridge:
             return
         self.pipeline.jobs_in_flight += len(jobs)
         for urgent, call in self.pipeline.batches(jobs):
-            (self._urgent if urgent else self._calls).append(call)
-        self._calls_ready.set()
+            if urgent:
+                self._firsts.update(j.out.stream_id for j in call)
+                self._urgent.append(call)
+                self._urgent_ready.set()
+            else:
+                self._calls.append(call)
+                self._calls_ready.set()
 
-    async def _decode_calls(self) -> None:
+    async def _lane(self, urgent: bool) -> None:
+        """One codec lane: its calls one at a time, in order. The backlog lane also waits out the first chunks
+        of its streams (so a stream's chunks decode in order) and, for up to `hold_s`, a first chunk that is due."""
+        calls, ready = (self._urgent, self._urgent_ready) if urgent else (self._calls, self._calls_ready)
         while True:
-            while not self._urgent and not self._calls:
-                self._calls_ready.clear()
-                await self._calls_ready.wait()
-            if not self._urgent and self._calls[0] is not None:
-                await self._hold()
-            call = self._urgent.popleft() if self._urgent else self._calls.popleft()
+            while not calls:
+                ready.clear()
+                await ready.wait()
+            call = calls.popleft()
             if call is None:
                 return
+            if not urgent:
+                await self._after_firsts(call)
+                await self._hold()
             try:
-                pcm = await self._decode(call)
+                pcm = await self._decode(call, urgent)
             except Exception as exc:
                 self.pipeline.fail_jobs(call, exc, self.on_abort)
             else:
                 self.pipeline.deliver(call, pcm)
             finally:
                 self.pipeline.jobs_in_flight -= len(call)
+                if urgent:
+                    self._firsts.difference_update(j.out.stream_id for j in call)
+                    self._firsts_done.set()
+
+    async def _after_firsts(self, call: list[ChunkJob]) -> None:
+        while any(j.out.stream_id in self._firsts for j in call):
+            self._firsts_done.clear()
+            await self._firsts_done.wait()
 
     async def _hold(self) -> None:
         """Keep the codec free for a first chunk that is due (a new request is in the Talker): a backlog call
@@ -303,14 +328,14 @@ class AsyncBridge:
         if self.first_due is None or self.hold_s <= 0:
             return
         end = self.loop.time() + self.hold_s
-        while not self._urgent and self.first_due() and (left := end - self.loop.time()) > 0:
+        while self.first_due() and (left := end - self.loop.time()) > 0:
             self._calls_ready.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(left, 0.002)):
                     await self._calls_ready.wait()
 
-    async def _decode(self, jobs: list[ChunkJob]) -> list[np.ndarray | None]:
-        call = self.loop.run_in_executor(self.pool, self.pipeline.decoder.decode, jobs)
+    async def _decode(self, jobs: list[ChunkJob], urgent: bool) -> list[np.ndarray | None]:
+        call = self.loop.run_in_executor(self.pool, self.pipeline.decoder.decode, jobs, urgent)
         try:
             return await asyncio.wait_for(call, self.codec_timeout_s)
         except TimeoutError:

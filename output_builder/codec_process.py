@@ -3,6 +3,10 @@
 Why a process: on CPU the Talker step and the codec decode are both streams of small torch ops, and two threads of
 one interpreter hand the GIL back and forth at every op (measured: the Talker step doubles). A child process decodes
 truly beside the decode loop. Jobs go down a pipe as small code arrays; 16-bit PCM comes back.
+
+Two lanes, two pipes: the backlog lane, and an urgent lane for new requests' first chunks. The child serves an
+urgent call between the stages of a backlog call (a few ms apart) rather than after the whole call, on its one
+thread, so neither call's arithmetic changes: each call computes exactly what it computes alone.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 import numpy as np
@@ -59,7 +63,16 @@ def decode_batch(codec: object, states: dict[int, object], req: DecodeRequest) -
             states.pop(sid, None)
 
 
-def _serve(conn: Connection, path: str, device: str, threads: int, kernels_dir: str) -> None:
+def _answer(conn: Connection, codec: object, states: dict[int, object], req: DecodeRequest) -> None:
+    try:
+        conn.send(("ok", decode_batch(codec, states, req)))
+    except Exception as exc:
+        for sid, _ in req.jobs:
+            states.pop(sid, None)
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def _serve(conn: Connection, urgent: Connection, path: str, device: str, threads: int, kernels_dir: str) -> None:
     import torch
 
     from output_builder.codecs.native import load_native
@@ -74,33 +87,45 @@ def _serve(conn: Connection, path: str, device: str, threads: int, kernels_dir: 
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
     states: dict[int, object] = {}
+
+    def serve_urgent() -> None:  # between the stages of a backlog call; urgent calls themselves are not cut
+        codec.between_stages(None)
+        try:
+            while urgent.poll():
+                _answer(urgent, codec, states, urgent.recv())
+        except EOFError:
+            pass
+        finally:
+            codec.between_stages(serve_urgent)
+
+    codec.between_stages(serve_urgent)
     while True:
         try:
+            ready = wait([conn, urgent])
+            if urgent in ready:
+                serve_urgent()
+                continue
             req = conn.recv()
         except EOFError:
             return
         if req is None:
             return
-        try:
-            conn.send(("ok", decode_batch(codec, states, req)))
-        except Exception as exc:
-            for sid, _ in req.jobs:
-                states.pop(sid, None)
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        _answer(conn, codec, states, req)
 
 
 class CodecProcess:
     """Parent side. `decode` is called by one thread at a time (the codec worker thread)."""
 
     def __init__(self, path: Path, device: str, threads: int, kernels_dir: Path | None = None) -> None:
-        ours, theirs = socket.socketpair()
-        cmd = [sys.executable, "-m", "output_builder.codec_process", str(theirs.fileno()), str(path), device,
-               str(threads), str(kernels_dir or "")]
-        self._proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),))
+        (ours, theirs), (ours_u, theirs_u) = socket.socketpair(), socket.socketpair()
+        cmd = [sys.executable, "-m", "output_builder.codec_process", str(theirs.fileno()), str(theirs_u.fileno()),
+               str(path), device, str(threads), str(kernels_dir or "")]
+        self._proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(), theirs_u.fileno()))
         theirs.close()
-        self._conn = Connection(ours.detach())
+        theirs_u.close()
+        self._conn, self._urgent = Connection(ours.detach()), Connection(ours_u.detach())
         self._closed: list[int] = []
-        self._lock = threading.Lock()
+        self._locks = {False: threading.Lock(), True: threading.Lock()}
         if not self._conn.poll(START_TIMEOUT_S):
             self.stop()
             raise CodecProcessError("the codec process did not start in time")
@@ -118,12 +143,17 @@ class CodecProcess:
         """Any thread: the stream's state is dropped with the next request."""
         self._closed.append(sid)
 
-    def decode(self, jobs: list[tuple[int, np.ndarray]]) -> list[np.ndarray]:
-        closed, self._closed = self._closed, []
-        with self._lock:
+    def decode(self, jobs: list[tuple[int, np.ndarray]], urgent: bool = False) -> list[np.ndarray]:
+        """One call on a lane; one thread per lane at a time. Closed streams go with backlog calls, which are
+        the ones that carry a stream's last chunk."""
+        closed: list[int] = []
+        if not urgent:
+            closed, self._closed = self._closed, []
+        conn = self._urgent if urgent else self._conn
+        with self._locks[urgent]:
             try:
-                self._conn.send(DecodeRequest(jobs, closed))
-                status, payload = self._conn.recv()
+                conn.send(DecodeRequest(jobs, closed))
+                status, payload = conn.recv()
             except (EOFError, OSError) as exc:
                 raise CodecProcessError(f"the codec process died: {exc!r}") from exc
         if status != "ok":
@@ -140,7 +170,9 @@ class CodecProcess:
             self._proc.kill()
             self._proc.wait(5)
         self._conn.close()
+        self._urgent.close()
 
 
 if __name__ == "__main__":
-    _serve(Connection(int(sys.argv[1])), sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+    _serve(Connection(int(sys.argv[1])), Connection(int(sys.argv[2])), sys.argv[3], sys.argv[4], int(sys.argv[5]),
+           sys.argv[6])

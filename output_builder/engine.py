@@ -73,7 +73,8 @@ class Engine:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
         self._loaded = loaded = await asyncio.to_thread(self._load)
-        self._codec_pool = ThreadPoolExecutor(1, "codec-worker", initializer=torch.set_num_threads,
+        # a thread per codec lane (AsyncBridge)
+        self._codec_pool = ThreadPoolExecutor(2, "codec-worker", initializer=torch.set_num_threads,
                                               initargs=(cfg.torch_threads,))
         backend = loaded.codec_process or InProcessCodec(loaded.codec)  # type: ignore[arg-type]
         self.pipeline = OutputPipeline(ChunkDecoder(backend), self._mark_dead, cfg.codec_batch_frames)

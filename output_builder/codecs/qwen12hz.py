@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -303,6 +303,11 @@ class Qwen12HzCodec:
     def use_native(self, kernels: NativeKernels | None) -> None:
         """Streaming decode on the CPU runs its convolutions and SnakeBeta through ``kernels`` (None: torch)."""
         self._streamer.ops.native = kernels
+
+    def between_stages(self, hook: Callable[[], None] | None) -> None:
+        """``hook`` runs between the stages of :meth:`decode_streams` (a few per call); it may decode other
+        streams, as long as it does not run a stream of the call it interrupts."""
+        self._streamer.between = hook
 
     def open_stream(self) -> DecodeStream:
         """A fresh per-request decoder state (zeros: the one-shot padding) for :meth:`decode_streams`."""

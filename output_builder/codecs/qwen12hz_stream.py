@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -162,6 +162,7 @@ class StreamingDecoder:
         self._freq: Tensor | None = None
         self.derived = Derived()
         self.ops = CodecOps()  # ops.native: fused CPU kernels, None for the torch path
+        self.between: Callable[[], None] | None = None  # called between stages; may decode other streams
 
     def open(self) -> DecodeStream:
         param = next(self.module.parameters())
@@ -180,7 +181,12 @@ class StreamingDecoder:
             wavs = self._decode_group([jobs[i] for i in members])
             for i, wav in zip(members, wavs, strict=True):
                 out[i] = wav
+            self._between()
         return out
+
+    def _between(self) -> None:
+        if self.between is not None:
+            self.between()
 
     def _check(self, jobs: Sequence[StreamJob]) -> None:
         seen: set[int] = set()
@@ -222,6 +228,7 @@ class StreamingDecoder:
         m, run = self.module, _Pass(self.index, slots, self.derived, self.ops)
         h = run.conv(m.pre_conv, m.quantizer.decode(codes))  # h: [B, latent, N]
         h = self._transformer(run, h.transpose(1, 2), start).transpose(1, 2)
+        self._between()
         for stage in m.upsample:
             trans, block = cast(nn.Sequential, stage)
             h = run.trans(cast(CausalTransConv1d, trans), h, h.shape[-1])
@@ -231,6 +238,7 @@ class StreamingDecoder:
         for block in stages[1:-2]:
             h = self._decoder_block(run, cast(DecoderBlock, block), h)
         final = cast(CausalConv1d, stages[-1])
+        self._between()
         h = self.ops.run(final.conv, run.snake_padded(cast(SnakeBeta, stages[-2]), final, h))
         return h.squeeze(1).clamp(-1.0, 1.0), run.new
 
@@ -246,6 +254,7 @@ class StreamingDecoder:
         layer = cast(CausalTransConv1d, trans)
         x = run.trans(layer, run.snake_padded(cast(SnakeBeta, act), layer, x), x.shape[-1])
         for unit in units:
+            self._between()
             x = self._residual_unit(run, cast(ResidualUnit, unit), x)
         return x
 

@@ -36,16 +36,21 @@ def pipeline(backend: object, batch_frames: int = 16) -> OutputPipeline:
 
 
 class Recorder:
-    """A codec backend that records its calls; `gate`, when set, holds the first call until released."""
+    """A codec backend that records its calls as they end; `gate`, when set, holds the first call of the lane
+    `gated` (the backlog's unless told) until released."""
 
-    def __init__(self, gate: threading.Event | None = None) -> None:
+    def __init__(self, gate: threading.Event | None = None, gated: bool = False) -> None:
         self.calls: list[list[int]] = []
-        self.gate = gate
+        self.lanes: list[bool] = []
+        self.gate, self.gated = gate, gated
+        self._held = False
 
-    def decode(self, jobs: list[tuple[int, np.ndarray]]) -> list[np.ndarray]:
-        if self.gate is not None and not self.calls:
+    def decode(self, jobs: list[tuple[int, np.ndarray]], urgent: bool = False) -> list[np.ndarray]:
+        if self.gate is not None and urgent is self.gated and not self._held:
+            self._held = True
             self.gate.wait(5.0)
         self.calls.append([sid for sid, _ in jobs])
+        self.lanes.append(urgent)
         return [np.zeros(codes.shape[1] * 1920, dtype=np.int16) for _, codes in jobs]
 
     def close_stream(self, sid: int) -> None:
@@ -93,11 +98,11 @@ def test_pending_frames_survive_the_reuse_of_a_released_host_buffer() -> None:
     assert jobs[0].codes.tolist() == [[1, 2, 3, 4]] * G
 
 
-async def test_a_new_request_is_decoded_ahead_of_the_backlog_and_streams_stay_in_order() -> None:
+async def test_a_new_requests_first_chunk_is_decoded_while_a_backlog_call_is_in_flight() -> None:
     gate = threading.Event()
     backend = Recorder(gate)
     pipe = pipeline(backend, batch_frames=2)
-    pool = ThreadPoolExecutor(1)
+    pool = ThreadPoolExecutor(2)
     bridge = AsyncBridge(asyncio.get_running_loop(), pipe, pool, lambda rid: None, poll_s=0.001)
     bridge.start()
     old = [output(f"old{i}", first_chunk=2, chunk=2) for i in range(3)]
@@ -108,14 +113,35 @@ async def test_a_new_request_is_decoded_ahead_of_the_backlog_and_streams_stay_in
     await asyncio.wait_for(_until(lambda: pipe.jobs_in_flight == 3), 5.0)  # the first call is held at the gate
     new = output("new")
     bridge.publish(snapshot(2, [*old, new]))  # new's first chunk; the old ones only add a frame
-    await asyncio.wait_for(_until(lambda: pipe.jobs_in_flight == 4), 5.0)
+    await asyncio.wait_for(_until(lambda: backend.calls == [[new.stream_id]]), 5.0)  # beside the held call
+    assert backend.lanes == [True]
     gate.set()
     await asyncio.wait_for(_until(lambda: pipe.jobs_in_flight == 0), 5.0)
     await bridge.stop()
     pool.shutdown()
-    order = [sid for call in backend.calls for sid in call]
-    assert backend.calls[1] == [new.stream_id]  # right after the call in flight
-    assert order == [old[0].stream_id, new.stream_id, old[1].stream_id, old[2].stream_id]
+    assert backend.calls[1:] == [[old[0].stream_id], [old[1].stream_id], [old[2].stream_id]]  # in order
+
+
+async def test_a_streams_later_chunk_waits_for_its_first_chunk() -> None:
+    gate = threading.Event()
+    backend = Recorder(gate, gated=True)  # the first chunk's call is held
+    pipe = pipeline(backend)
+    pool = ThreadPoolExecutor(2)
+    bridge = AsyncBridge(asyncio.get_running_loop(), pipe, pool, lambda rid: None, poll_s=0.001)
+    bridge.start()
+    new, other = output("new", first_chunk=1, chunk=1), output("other", first_chunk=1, chunk=1)
+    other.chunks = 1
+    bridge.publish(snapshot(0, [new]))  # new's first chunk: held
+    bridge.publish(snapshot(1, [new, other]))  # new's second chunk and other's, one backlog call
+    bridge.publish(snapshot(2, [other]))  # other's next chunk: behind that call, as its stream's order wants
+    await asyncio.sleep(0.05)
+    assert backend.calls == []  # the backlog call carries new's second chunk: it waits for the first
+    gate.set()
+    await asyncio.wait_for(_until(lambda: pipe.jobs_in_flight == 0), 5.0)
+    await bridge.stop()
+    pool.shutdown()
+    assert backend.calls == [[new.stream_id], [new.stream_id, other.stream_id], [other.stream_id]]
+    assert backend.lanes == [True, False, False]
 
 
 async def _until(cond: Callable[[], bool]) -> None:
@@ -126,7 +152,7 @@ async def _until(cond: Callable[[], bool]) -> None:
 async def test_a_backlog_call_waits_while_a_first_chunk_is_due_and_the_first_chunk_goes_first() -> None:
     backend = Recorder()
     pipe = pipeline(backend)
-    pool = ThreadPoolExecutor(1)
+    pool = ThreadPoolExecutor(2)
     new = output("new")
     bridge = AsyncBridge(asyncio.get_running_loop(), pipe, pool, lambda rid: None, poll_s=0.001,
                          first_due=lambda: new.chunks == 0, hold_s=5.0)
@@ -147,7 +173,7 @@ async def test_a_backlog_call_waits_while_a_first_chunk_is_due_and_the_first_chu
 async def test_the_hold_on_the_backlog_is_bounded() -> None:
     backend = Recorder()
     pipe = pipeline(backend)
-    pool = ThreadPoolExecutor(1)
+    pool = ThreadPoolExecutor(2)
     bridge = AsyncBridge(asyncio.get_running_loop(), pipe, pool, lambda rid: None, poll_s=0.001,
                          first_due=lambda: True, hold_s=0.05)
     bridge.start()
@@ -166,7 +192,7 @@ async def test_a_step_with_first_frames_is_routed_without_waiting_for_the_poll()
     routed: list[int] = []
     pipe = pipeline(Recorder())
     pipe.tap = lambda snap, codes: routed.append(snap.step)
-    pool = ThreadPoolExecutor(1)
+    pool = ThreadPoolExecutor(2)
     bridge = AsyncBridge(asyncio.get_running_loop(), pipe, pool, lambda rid: None, poll_s=2.0, idle_polls=100)
     bridge.start()
     bridge.publish(snapshot(0, [output("a", first_chunk=4)]))  # wakes the parked router, which then polls

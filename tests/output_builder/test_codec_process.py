@@ -1,11 +1,15 @@
-"""The codec's one decode routine (shared by the child process and the in-process path)."""
+"""The codec's one decode routine (shared by the child process and the in-process path), and the process."""
 
 from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from output_builder.codec_process import DecodeRequest, decode_batch
+from output_builder.codec_process import CodecProcess, DecodeRequest, decode_batch
 from output_builder.codecs import CodecConfig, Qwen12HzCodec
 
 
@@ -21,3 +25,35 @@ def test_codes_outside_the_codebook_fail_the_call_before_they_reach_the_device()
         decode_batch(codec, states, DecodeRequest([(1, good), (2, bad)], closed=[2]))
     assert 2 not in states
     assert len(decode_batch(codec, states, DecodeRequest([(1, good)]))) == 1  # the stream goes on
+
+
+def test_the_codec_process_decodes_a_first_chunk_in_the_middle_of_a_backlog_call(tmp_path: Path) -> None:
+    Qwen12HzCodec.from_config(CodecConfig.tiny(), seed=11).save_pretrained(tmp_path)
+    codec = Qwen12HzCodec.from_pretrained(tmp_path)  # as the process loads it
+    rng = np.random.default_rng(0)
+    backlog = [(sid, rng.integers(0, 2048, (16, 8))) for sid in range(48)]  # a long call: 384 frames
+    first = [(100, rng.integers(0, 2048, (16, 1)))]
+    want_backlog = decode_batch(codec, {}, DecodeRequest(backlog))
+    want_first = decode_batch(codec, {}, DecodeRequest(first))
+    process = CodecProcess(tmp_path, "cpu", 1)
+    try:
+        ended: dict[str, float] = {}
+        got: dict[str, list[np.ndarray]] = {}
+
+        def run(name: str, jobs: list[tuple[int, np.ndarray]], urgent: bool) -> None:
+            got[name] = process.decode(jobs, urgent=urgent)
+            ended[name] = time.perf_counter()
+
+        lane = threading.Thread(target=run, args=("backlog", backlog, False))
+        started = time.perf_counter()
+        lane.start()
+        time.sleep(0.02)
+        run("first", first, True)
+        lane.join(60)
+        assert ended["first"] < ended["backlog"], "the first chunk waited for the whole backlog call"
+        assert ended["backlog"] - started > 0.05  # the call was long enough to be cut
+        assert all(np.array_equal(g, w) for g, w in zip(got["backlog"], want_backlog, strict=True))
+        assert np.array_equal(got["first"][0], want_first[0])
+        assert len(process.decode([(100, first[0][1])], urgent=False)) == 1  # the stream goes on in the backlog
+    finally:
+        process.stop()

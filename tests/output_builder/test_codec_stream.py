@@ -134,6 +134,39 @@ def test_batch_mates_do_not_change_a_stream(random_codec: Qwen12HzCodec, ops: Na
     assert max_error(torch.cat(pieces), alone) <= TOL
 
 
+def test_a_decode_run_between_the_stages_of_another_changes_neither(
+    random_codec: Qwen12HzCodec, ops: NativeKernels | None
+) -> None:
+    codec = random_codec
+    codec.use_native(ops)
+    backlog = [random_codes(8, seed=20 + i) for i in range(3)] + [random_codes(4, seed=30)]
+    first = random_codes(1, seed=40)
+
+    def call(codes: list[torch.Tensor]) -> list[torch.Tensor]:
+        return codec.decode_streams([(codec.open_stream(), c) for c in codes])
+
+    want_backlog, want_first = call(backlog), call([first])
+    got_first: list[list[torch.Tensor]] = []
+    stages = 0
+
+    def between() -> None:  # what the codec process does with a first chunk that arrives mid-call
+        nonlocal stages
+        stages += 1
+        if stages == 3:
+            codec.between_stages(None)
+            got_first.append(call([first]))
+            codec.between_stages(between)
+
+    codec.between_stages(between)
+    try:
+        got_backlog = call(backlog)
+    finally:
+        codec.between_stages(None)
+    assert stages >= 10  # both chunk lengths: ~15 stages each, none longer than a decoder block's residual unit
+    assert len(got_first) == 1 and torch.equal(got_first[0][0], want_first[0])
+    assert all(torch.equal(g, w) for g, w in zip(got_backlog, want_backlog, strict=True))
+
+
 def test_equal_chunk_lengths_share_one_batch(
     random_codec: Qwen12HzCodec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
