@@ -93,24 +93,21 @@ def _serve(conn: Connection, urgent: Connection, path: str, device: str, threads
         try:
             while urgent.poll():
                 _answer(urgent, codec, states, urgent.recv())
-        except EOFError:
-            pass
         finally:
             codec.between_stages(serve_urgent)
 
     codec.between_stages(serve_urgent)
     while True:
         try:
-            ready = wait([conn, urgent])
-            if urgent in ready:
+            if urgent in wait([conn, urgent]):
                 serve_urgent()
                 continue
             req = conn.recv()
-        except EOFError:
+            if req is None:
+                return
+            _answer(conn, codec, states, req)
+        except (EOFError, OSError):  # the parent is gone
             return
-        if req is None:
-            return
-        _answer(conn, codec, states, req)
 
 
 class CodecProcess:

@@ -57,3 +57,15 @@ def test_the_codec_process_decodes_a_first_chunk_in_the_middle_of_a_backlog_call
         assert len(process.decode([(100, first[0][1])], urgent=False)) == 1  # the stream goes on in the backlog
     finally:
         process.stop()
+
+
+def test_the_codec_process_ends_when_its_parent_goes(tmp_path: Path) -> None:
+    Qwen12HzCodec.from_config(CodecConfig.tiny(), seed=11).save_pretrained(tmp_path)
+    process = CodecProcess(tmp_path, "cpu", 1)
+    process._conn.close()  # as a parent that died would leave both pipes
+    process._urgent.close()
+    try:
+        process._proc.wait(10)
+    finally:
+        process._proc.kill()
+    assert process._proc.returncode == 0
