@@ -72,13 +72,16 @@ def _answer(conn: Connection, codec: object, states: dict[int, object], req: Dec
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
-def _serve(conn: Connection, urgent: Connection, path: str, device: str, threads: int, kernels_dir: str) -> None:
+def _serve(conn: Connection, urgent: Connection, path: str, device: str, threads: int, kernels_dir: str,
+           nice: int) -> None:
     import torch
 
     from output_builder.codecs.native import load_native
     from output_builder.codecs.qwen12hz import Qwen12HzCodec
+    from talker.device import lower_priority
 
     torch.set_num_threads(threads)
+    lower_priority(nice)
     try:
         codec = Qwen12HzCodec.from_pretrained(Path(path), device=torch.device(device))
         codec.use_native(load_native(Path(kernels_dir)) if kernels_dir else None)
@@ -113,10 +116,11 @@ def _serve(conn: Connection, urgent: Connection, path: str, device: str, threads
 class CodecProcess:
     """Parent side. `decode` is called by one thread at a time (the codec worker thread)."""
 
-    def __init__(self, path: Path, device: str, threads: int, kernels_dir: Path | None = None) -> None:
+    def __init__(self, path: Path, device: str, threads: int, kernels_dir: Path | None = None,
+                 nice: int = 0) -> None:
         (ours, theirs), (ours_u, theirs_u) = socket.socketpair(), socket.socketpair()
         cmd = [sys.executable, "-m", "output_builder.codec_process", str(theirs.fileno()), str(theirs_u.fileno()),
-               str(path), device, str(threads), str(kernels_dir or "")]
+               str(path), device, str(threads), str(kernels_dir or ""), str(nice)]
         self._proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(), theirs_u.fileno()))
         theirs.close()
         theirs_u.close()
@@ -135,6 +139,10 @@ class CodecProcess:
     @property
     def alive(self) -> bool:
         return self._proc.poll() is None
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
 
     def close_stream(self, sid: int) -> None:
         """Any thread: the stream's state is dropped with the next request."""
@@ -172,4 +180,4 @@ class CodecProcess:
 
 if __name__ == "__main__":
     _serve(Connection(int(sys.argv[1])), Connection(int(sys.argv[2])), sys.argv[3], sys.argv[4], int(sys.argv[5]),
-           sys.argv[6])
+           sys.argv[6], int(sys.argv[7]))

@@ -91,9 +91,10 @@ class Engine:
         log.info("KV cache: %.1f MiB for %d slots (%d layers, hidden %d); native CPU kernels: codec %s, sampler %s",
                  runner.kv.nbytes / 2**20, cfg.max_batch, t.num_layers, t.hidden_size,
                  "on" if self.native_kernels else "off", "on" if loaded.sampler else "off")
-        self.worker = TalkerWorker(runner, DeviceLayer(loaded.device, cfg.torch_threads), cfg.max_batch,
-                                   self._bridge, loaded.talker.cfg.codec.eos, cfg.max_prefills_per_step,
-                                   cfg.timing_ring, cfg.max_prefill_tokens, cfg.prefill_alone)
+        device = DeviceLayer(loaded.device, cfg.torch_threads, nice=cfg.worker_nice)
+        self.worker = TalkerWorker(runner, device, cfg.max_batch, self._bridge, loaded.talker.cfg.codec.eos,
+                                   cfg.max_prefills_per_step, cfg.timing_ring, cfg.max_prefill_tokens,
+                                   cfg.prefill_alone)
         self._bridge.start()
         self.worker.start()
         self._watchdog = self._loop.create_task(self._watch_readers(), name="reader-watchdog")
@@ -111,7 +112,7 @@ class Engine:
         codec, process = None, None
         kernels_dir = cfg.cache_dir if cfg.native_kernels and device.type == "cpu" else None
         if cfg.output_mode is OutputMode.ASYNC:
-            process = CodecProcess(codec_dir, str(device), cfg.torch_threads, kernels_dir)
+            process = CodecProcess(codec_dir, str(device), cfg.torch_threads, kernels_dir, cfg.worker_nice)
         else:
             codec = Qwen12HzCodec.from_pretrained(codec_dir, device=device)
             codec.use_native(load_native(kernels_dir) if kernels_dir else None)

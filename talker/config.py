@@ -44,6 +44,7 @@ class EngineConfig:
     reader_timeout_s: float = 30.0  # a reader that reads nothing for this long while audio waits is dropped
     codec_timeout_s: float = 30.0  # a codec decode call that takes longer fails its requests and kills the engine
     torch_threads: int = 1  # per worker thread
+    worker_nice: int = 5  # the Talker thread and the codec process yield a busy core to the event loop
     native_kernels: bool = True  # the codec's and sampler's CPU kernels, built with the system C compiler on first use
     cache_dir: Path = field(default_factory=default_cache_dir)
     warmup: bool = True
@@ -61,6 +62,8 @@ class EngineConfig:
             raise ValueError("max_ahead_s, reader_timeout_s and codec_timeout_s must be > 0")
         if self.codec_hold_s < 0:
             raise ValueError("codec_hold_s must be >= 0")
+        if not 0 <= self.worker_nice <= 19:
+            raise ValueError("worker_nice must be in [0, 19]")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise ValueError(f"device must be auto, cpu or cuda[:N], not {self.device!r}")
         if self.model != "tiny" and not Path(self.model).is_dir():

@@ -1,16 +1,22 @@
 """What differs between CPU and CUDA, behind one small interface.
 
 CUDA: a copy stream, reused pinned host buffers and an event per snapshot. CPU: a plain host copy and a fence that
-is already complete. The worker thread calls `enter_thread()` once to bind its device and thread count.
+is already complete. The worker thread calls `enter_thread()` once to bind its device, thread count and CPU priority.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+import threading
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 from torch import Tensor
+
+log = logging.getLogger("talkstream.device")
 
 
 class Fence(Protocol):
@@ -65,10 +71,22 @@ class HostBuffer:
     in_use: bool = False
 
 
+def lower_priority(nice: int) -> None:
+    """Raise the calling thread's nice value by `nice` (Linux: per thread; elsewhere the whole process)."""
+    if nice <= 0 or not hasattr(os, "setpriority"):
+        return
+    tid = threading.get_native_id() if sys.platform == "linux" else 0
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + nice, 19))
+    except OSError as exc:
+        log.warning("could not lower the CPU priority of %s: %s", threading.current_thread().name, exc)
+
+
 class DeviceLayer:
-    def __init__(self, device: torch.device, threads: int = 1, ring: int = 4) -> None:
+    def __init__(self, device: torch.device, threads: int = 1, ring: int = 4, nice: int = 0) -> None:
         self.device = device
         self.threads = threads
+        self.nice = nice
         self.is_cuda = device.type == "cuda"
         self._ring: list[HostBuffer] = []
         self._ring_size = ring
@@ -77,6 +95,7 @@ class DeviceLayer:
 
     def enter_thread(self) -> None:
         torch.set_num_threads(self.threads)
+        lower_priority(self.nice)
         if self.is_cuda:
             torch.cuda.set_device(self.device)
             self._copy_stream = torch.cuda.Stream(self.device)

@@ -87,6 +87,10 @@ class TalkerWorker:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def native_id(self) -> int | None:
+        return self._thread.native_id
+
     # Worker thread -------------------------------------------------------------------------------
     def _main(self) -> None:
         self.device.enter_thread()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import threading
 import time
 from collections.abc import AsyncIterator
 
@@ -180,3 +182,20 @@ def test_a_first_chunk_is_due_only_for_an_open_request_with_a_slot_and_no_chunk(
     assert e._first_due()
     out("d")  # more requests than slots: some wait in the queue, so no hold
     assert not e._first_due()
+
+
+async def test_the_talker_thread_and_the_codec_process_run_nicer_than_the_server(
+    engine_config: EngineConfig,
+) -> None:
+    e = Engine(dataclasses.replace(engine_config, worker_nice=3))
+    await e.start()
+    try:
+        await collect(e.submit(SpeechRequest(text=TEXT, seed=1, max_frames=4)))  # the worker is up and stepping
+        assert e.worker is not None and e.worker.native_id is not None
+        assert e._loaded is not None and e._loaded.codec_process is not None
+        base = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, e.worker.native_id) == min(base + 3, 19)
+        assert os.getpriority(os.PRIO_PROCESS, e._loaded.codec_process.pid) == min(base + 3, 19)
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base  # the event loop's is unchanged
+    finally:
+        await e.stop()
