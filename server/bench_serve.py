@@ -27,6 +27,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from server.bench_http import Connection, HttpError, HttpStatusError
 
 PCM_BYTES_PER_S = 24000 * 2
+MIN_REQUESTS = 32  # per level: a 1-stream p50 of two requests says little
 TEXT = "The quick brown fox jumps over the lazy dog while the band keeps playing softly in the background."
 
 
@@ -73,7 +74,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="talkstream bench serve", description=__doc__)
     p.add_argument("--url", default="http://127.0.0.1:8000")
     p.add_argument("--concurrency", default="1,8,32", help="comma-separated stream counts")
-    p.add_argument("--requests", type=int, default=0, help="requests per level (default: 2 per stream)")
+    p.add_argument("--requests", type=int, default=0,
+                   help=f"requests per level (default: 2 per stream, at least {MIN_REQUESTS})")
     p.add_argument("--protocol", default="http,ws", help="http, ws or both")
     p.add_argument("--text", default=TEXT)
     p.add_argument("--voice", default="alloy")
@@ -122,7 +124,7 @@ async def ws_one(ws: ClientConnection, args: argparse.Namespace) -> Sample:
 # Levels ----------------------------------------------------------------------------------------------------------
 async def run_level(args: argparse.Namespace, protocol: str, concurrency: int) -> Level:
     level = Level(protocol, concurrency)
-    total = max(args.requests or 2 * concurrency, concurrency)
+    total = max(args.requests or max(2 * concurrency, MIN_REQUESTS), concurrency)
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(total):
         queue.put_nowait(i)
