@@ -394,11 +394,5 @@ def _official_config(cfg: CodecConfig, template: Mapping[str, Any]) -> dict[str,
 
 
 def _preprocessor_config(sample_rate: int) -> dict[str, Any]:
-    return {
-        "feature_extractor_type": "EncodecFeatureExtractor",
-        "feature_size": 1,
-        "padding_side": "right",
-        "padding_value": 0.0,
-        "return_attention_mask": True,
-        "sampling_rate": sample_rate,
-    }
+    return {"feature_extractor_type": "EncodecFeatureExtractor", "feature_size": 1, "padding_side": "right",
+            "padding_value": 0.0, "return_attention_mask": True, "sampling_rate": sample_rate}
