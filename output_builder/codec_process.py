@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -25,6 +26,7 @@ import numpy as np
 
 log = logging.getLogger("talkstream.codec")
 START_TIMEOUT_S = 120.0
+GONE_MAX = 4096  # closed streams remembered without state (see decode_batch)
 
 
 class CodecProcessError(RuntimeError):
@@ -42,8 +44,14 @@ def to_pcm16(wave: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(wave * 32767.0), -32768, 32767).astype(np.int16)
 
 
-def decode_batch(codec: object, states: dict[int, object], req: DecodeRequest) -> list[np.ndarray]:
-    """The one decode routine, shared by the child process and the in-process (sync mode) path."""
+def decode_batch(
+    codec: object, states: dict[int, object], req: DecodeRequest, gone: OrderedDict[int, None] | None = None,
+) -> list[np.ndarray]:
+    """The one decode routine, shared by the child process and the in-process (sync mode) path.
+
+    `gone` (the codec process, whose two lanes can cross): streams closed before any job of theirs came. A job
+    that comes after its stream's close (its first chunk, sent on the urgent lane just as the stream was
+    cancelled) is decoded on a state that is not kept."""
     import torch
 
     try:
@@ -53,19 +61,28 @@ def decode_batch(codec: object, states: dict[int, object], req: DecodeRequest) -
             if codes.size and (codes.min() < 0 or codes.max() >= size):
                 # on CUDA an out-of-range lookup is a device-side assert that ends the process: fail this call only
                 raise ValueError(f"codes outside the codebook [0, {size}) for stream {sid}")
-            if sid not in states:
-                states[sid] = codec.open_stream()  # type: ignore[attr-defined]
-            pairs.append((states[sid], torch.from_numpy(np.ascontiguousarray(codes)).long()))
+            state = states.get(sid)
+            if state is None:
+                state = codec.open_stream()  # type: ignore[attr-defined]
+                if gone is not None and sid in gone:
+                    del gone[sid]  # a late job of a closed stream: decoded, not kept
+                else:
+                    states[sid] = state
+            pairs.append((state, torch.from_numpy(np.ascontiguousarray(codes)).long()))
         waves = codec.decode_streams(pairs)  # type: ignore[attr-defined]
         return [to_pcm16(w.numpy()) for w in waves]
     finally:  # after the jobs: a stream closed while its last job was on the way is not reopened for good
         for sid in req.closed:
-            states.pop(sid, None)
+            if states.pop(sid, None) is None and gone is not None:
+                gone[sid] = None
+                if len(gone) > GONE_MAX:
+                    gone.popitem(last=False)
 
 
-def _answer(conn: Connection, codec: object, states: dict[int, object], req: DecodeRequest) -> None:
+def _answer(conn: Connection, codec: object, states: dict[int, object], req: DecodeRequest,
+            gone: OrderedDict[int, None]) -> None:
     try:
-        conn.send(("ok", decode_batch(codec, states, req)))
+        conn.send(("ok", decode_batch(codec, states, req, gone)))
     except Exception as exc:
         for sid, _ in req.jobs:
             states.pop(sid, None)
@@ -90,12 +107,13 @@ def _serve(conn: Connection, urgent: Connection, path: str, device: str, threads
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
     states: dict[int, object] = {}
+    gone: OrderedDict[int, None] = OrderedDict()
 
     def serve_urgent() -> None:  # between the stages of a backlog call; urgent calls themselves are not cut
         codec.between_stages(None)
         try:
             while urgent.poll():
-                _answer(urgent, codec, states, urgent.recv())
+                _answer(urgent, codec, states, urgent.recv(), gone)
         finally:
             codec.between_stages(serve_urgent)
 
@@ -108,13 +126,13 @@ def _serve(conn: Connection, urgent: Connection, path: str, device: str, threads
             req = conn.recv()
             if req is None:
                 return
-            _answer(conn, codec, states, req)
+            _answer(conn, codec, states, req, gone)
         except (EOFError, OSError):  # the parent is gone
             return
 
 
 class CodecProcess:
-    """Parent side. `decode` is called by one thread at a time (the codec worker thread)."""
+    """Parent side. `decode` is called by one thread per lane at a time (the codec worker threads)."""
 
     def __init__(self, path: Path, device: str, threads: int, kernels_dir: Path | None = None,
                  nice: int = 0) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -69,3 +70,16 @@ def test_the_codec_process_ends_when_its_parent_goes(tmp_path: Path) -> None:
     finally:
         process._proc.kill()
     assert process._proc.returncode == 0
+
+
+def test_a_first_chunk_that_comes_after_its_streams_close_leaves_no_state() -> None:
+    codec = Qwen12HzCodec.from_config(CodecConfig.tiny(), seed=11)
+    states: dict[int, object] = {}
+    gone: OrderedDict[int, None] = OrderedDict()
+    codes = np.zeros((16, 1), dtype=np.int64)
+    decode_batch(codec, states, DecodeRequest([(1, codes)], closed=[2]), gone)  # 2 was cancelled before its call
+    assert list(states) == [1] and list(gone) == [2]
+    assert len(decode_batch(codec, states, DecodeRequest([(2, codes)]), gone)) == 1  # its late first chunk
+    assert list(states) == [1] and not gone
+    decode_batch(codec, states, DecodeRequest([(1, codes)], closed=[1]), gone)  # last job and close together
+    assert not states and not gone
