@@ -75,8 +75,8 @@ class ChunkDecoder:
             self.open_streams.add(j.out.stream_id)
             if j.out.released:  # released on the loop meanwhile
                 self.open_streams.discard(j.out.stream_id)
-        pairs = [(j.out.stream_id, j.codes) for j in live]
-        pcm = self.backend.decode(pairs, urgent) if live else []  # type: ignore[arg-type]
+        pairs = [(j.out.stream_id, j.codes) for j in live if j.codes is not None]
+        pcm = self.backend.decode(pairs, urgent) if pairs else []
         by_job = {id(j): a for j, a in zip(live, pcm, strict=True)}
         return [by_job.get(id(j)) for j in jobs]
 
@@ -323,8 +323,8 @@ class AsyncBridge:
             await self._firsts_done.wait()
 
     async def _hold(self) -> None:
-        """Keep the codec free for a first chunk that is due (a new request is in the Talker): a backlog call
-        started now would make it wait for the whole call."""
+        """Keep the codec's core free while a first chunk is due (a new request is in the Talker): its prefill
+        step and then its urgent call run without a backlog call beside them."""
         if self.first_due is None or self.hold_s <= 0:
             return
         end = self.loop.time() + self.hold_s

@@ -109,13 +109,13 @@ def _serve(conn: Connection, urgent: Connection, path: str, device: str, threads
     states: dict[int, object] = {}
     gone: OrderedDict[int, None] = OrderedDict()
 
-    def serve_urgent() -> None:  # between the stages of a backlog call; urgent calls themselves are not cut
-        codec.between_stages(None)
-        try:
-            while urgent.poll():
+    def serve_urgent() -> None:  # between the stages of a backlog call (a poll when nothing waits)
+        while urgent.poll():
+            codec.between_stages(None)  # an urgent call itself is not cut
+            try:
                 _answer(urgent, codec, states, urgent.recv(), gone)
-        finally:
-            codec.between_stages(serve_urgent)
+            finally:
+                codec.between_stages(serve_urgent)
 
     codec.between_stages(serve_urgent)
     while True:

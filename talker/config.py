@@ -38,7 +38,7 @@ class EngineConfig:
     text_width: int = 4608  # text tokens per request (4096 characters of any script fit)
     first_chunk_frames: int = 1  # 80 ms of audio: the first chunk leaves after one step
     chunk_frames: int = 8  # the largest chunk: sizes double from first_chunk_frames up to it
-    codec_batch_frames: int = 64  # frames per codec call: bounds how long a new request's first chunk can wait
+    codec_batch_frames: int = 64  # frames per backlog codec call (first chunks go on their own lane)
     codec_hold_s: float = 0.02  # a backlog codec call waits up to this long while a first chunk is due
     max_ahead_s: float = 8.0  # audio buffered ahead of a reader before its request is paused
     reader_timeout_s: float = 30.0  # a reader that reads nothing for this long while audio waits is dropped
