@@ -94,7 +94,7 @@ class Engine:
         device = DeviceLayer(loaded.device, cfg.torch_threads, nice=cfg.worker_nice)
         self.worker = TalkerWorker(runner, device, cfg.max_batch, self._bridge, loaded.talker.cfg.codec.eos,
                                    cfg.max_prefills_per_step, cfg.timing_ring, cfg.max_prefill_tokens,
-                                   cfg.prefill_alone)
+                                   cfg.prefill_alone, cfg.prefill_midstep)
         self._bridge.start()
         self.worker.start()
         self._watchdog = self._loop.create_task(self._watch_readers(), name="reader-watchdog")

@@ -33,6 +33,7 @@ class EngineConfig:
     max_prefills_per_step: int = 32  # new requests prefilled together in one step (a burst shares one prefill)
     max_prefill_tokens: int = 2048  # and only while count x longest prompt fits: bounds the step others wait on
     prefill_alone: bool = True  # new requests' prefill as a step of its own (the running ones sit it out)
+    prefill_midstep: bool = True  # and run between the code predictor's sub-steps of the step in flight, not after it
     max_len: int = 2048  # KV positions per slot (prompt + frames)
     max_frames: int = 1024  # per request (82 s of audio); at most max_len // 2
     text_width: int = 4608  # text tokens per request (4096 characters of any script fit)

@@ -6,6 +6,8 @@ what the host sends is rebuilt only when the batch composition changes.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +52,8 @@ class Runner:
         self.text_width = text_width
         self.kv = SlotKVCache(t.num_layers, max_batch, t.num_kv_heads, max_len, t.head_dim, dtype, device)
         self.predictor = FusedPredictor(talker.code_predictor, max_batch, self.groups + 1)
+        self._aside_predictor = FusedPredictor(talker.code_predictor, max_batch, self.groups + 1)
+        self.between: Callable[[], None] | None = None  # called between the code predictor's sub-steps
         self.next_embed = torch.zeros(max_batch, t.hidden_size, dtype=dtype, device=device)
         self.text_ids = torch.full((max_batch, text_width), cfg.text.tts_pad, dtype=torch.long, device=device)
         self.lengths = torch.zeros(max_batch, dtype=torch.long, device=device)
@@ -59,11 +63,12 @@ class Runner:
         self.suppress[t.vocab_size - 1024 :] = float("-inf")
         self.suppress[cfg.codec.eos] = 0.0
         self._batch: BatchTensors | None = None
-        self._feedback: tuple[BatchTensors, Tensor, Tensor, Tensor] | None = None
+        self._feedback: list[tuple[BatchTensors, Tensor, Tensor, Tensor]] = []  # applied by the next forward
+        self._aside = False
 
     @property
     def bytes_per_slot(self) -> int:
-        per = self.kv.bytes_per_slot() + self.predictor.nbytes // self.predictor.k.shape[1]
+        per = self.kv.bytes_per_slot() + 2 * self.predictor.nbytes // self.predictor.k.shape[1]
         for buf in (self.next_embed, self.text_ids, self.lengths, self.frames, self.seen):
             per += buf.nbytes // buf.shape[0]
         return per
@@ -72,13 +77,25 @@ class Runner:
         """Host-to-device work of a new batch composition (nothing when it did not change)."""
         self._batch_tensors(plan)
 
+    @contextmanager
+    def aside(self) -> Iterator[None]:
+        """A prefill-only step run from `between`, inside another step: its own code predictor cache, its
+        feedback queued behind the outer step's, and no nested `between`."""
+        outer, hook = self.predictor, self.between
+        self.predictor, self.between, self._aside = self._aside_predictor, None, True
+        try:
+            yield
+        finally:
+            self.predictor, self.between, self._aside = outer, hook, False
+
     # 1. forward
     @torch.inference_mode()
     def forward(self, plan: StepPlan, step: int) -> Tensor:
         """-> hidden [B, H] in batch order (decode rows, then prefill rows)."""
-        if self._feedback is not None:
-            self._feed_back(*self._feedback)
-            self._feedback = None
+        if self._feedback and not self._aside:
+            for feedback in self._feedback:
+                self._feed_back(*feedback)
+            self._feedback.clear()
         bt = self._batch_tensors(plan)
         rows: list[Tensor] = []
         if plan.decode:
@@ -129,16 +146,18 @@ class Runner:
         seen = self.seen[bt.slots] if bt.use_penalty else None
         code0 = self._draw(logits, bt.talker, u[:, 0], seen, bt.penalty)
         codes, emb_sum = self._predict(hidden, code0, bt, u)
-        self._feedback = (bt, code0, emb_sum, frames)  # applied on the device by the next forward
+        self._feedback.append((bt, code0, emb_sum, frames))  # applied on the device by the next forward
         return codes
 
     def _predict(self, hidden: Tensor, code0: Tensor, bt: BatchTensors, u: Tensor) -> tuple[Tensor, Tensor]:
-        fused = self.predictor
+        fused, between = self.predictor, self.between
         emb = self.talker.embed_codec(code0)  # [B, H]
         emb_sum = emb.clone()
         codes = [code0]
         h = fused.step(torch.stack((hidden, emb), dim=1), 0)
         for g in range(1, self.groups):
+            if between is not None:
+                between()
             code = self._draw(F.linear(h, fused.heads[g - 1]).float(), bt.predictor, u[:, g])
             codes.append(code)
             emb = F.embedding(code, fused.embeddings[g - 1])

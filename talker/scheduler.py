@@ -80,6 +80,22 @@ class Scheduler:
     def schedule(self) -> StepPlan:
         if not (self.waiting and self.free_slots):
             return self._plan
+        prefill = self._admit()
+        decode = self._plan.decode
+        if self.prefill_alone and decode:
+            self._skip(decode)
+            decode = []
+        return StepPlan(decode, prefill, self.version, (*decode, *prefill), self._plan.kv_offset)
+
+    def schedule_aside(self) -> StepPlan | None:
+        """A prefill-only plan for the waiting requests, run inside the step in flight: they count as joining at
+        that step, and the running sequences' frame counts do not move."""
+        if not (self.waiting and self.free_slots):
+            return None
+        prefill = self._admit()
+        return StepPlan([], prefill, self.version, tuple(prefill), 0)
+
+    def _admit(self) -> list[Seq]:
         prefill: list[Seq] = []
         longest = 0
         while self.waiting and self.free_slots and len(prefill) < self.max_prefills:
@@ -92,11 +108,7 @@ class Scheduler:
             seq.status = SeqStatus.RUNNING
             prefill.append(seq)
         self.version += 1
-        decode = self._plan.decode
-        if self.prefill_alone and decode:
-            self._skip(decode)
-            decode = []
-        return StepPlan(decode, prefill, self.version, (*decode, *prefill), self._plan.kv_offset)
+        return prefill
 
     def _skip(self, seqs: list[Seq]) -> None:
         """Running sequences sit out one step: their frame count and last step move on by one."""

@@ -2,6 +2,10 @@
 
 Its loop is: drain the inbox (block on it when idle) → retire what finished → step. A step reads like a sentence:
 schedule, run, snapshot, publish.
+
+With `prefill_midstep`, new requests do not wait for the step in flight: between the code predictor's sub-steps
+the worker takes the inbox's submits (other commands wait for the step boundary) and runs their prefill there, as
+a step of its own that counts as the same step, then goes back to the outer one.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ class TalkerWorker:
     def __init__(
         self, runner: Runner, device: DeviceLayer, max_batch: int, publisher: Publisher, eos_id: int,
         max_prefills: int = 32, timing_ring: int = 4096, max_prefill_tokens: int = 2048, prefill_alone: bool = False,
+        prefill_midstep: bool = False,
     ) -> None:
         self.runner, self.device, self.publisher, self.eos_id = runner, device, publisher, eos_id
         self.scheduler = Scheduler(max_batch, max_prefills, runner.kv.max_len, max_prefill_tokens, prefill_alone)
@@ -67,6 +72,9 @@ class TalkerWorker:
         self.fault_hook: FaultHook | None = None  # test-only fault injection
         self.dead: BaseException | None = None
         self._unretired: deque[StepSnapshot] = deque()
+        self._deferred: deque[Command] = deque()  # commands taken mid-step, handled at the next boundary
+        if prefill_midstep:
+            runner.between = self._between
         self._step = 0
         self._failures = 0
         self._running = True
@@ -126,6 +134,10 @@ class TalkerWorker:
             snap.timing.published = time.perf_counter()
 
     def _drain(self, block: bool) -> None:
+        if self._deferred:
+            while self._deferred:
+                self._handle(self._deferred.popleft())
+            block = False  # they may have made work: the loop looks again before it blocks
         if block:
             self._handle(self.inbox.get())
         while not self.inbox.empty():
@@ -176,14 +188,51 @@ class TalkerWorker:
             return None
         self._failures = 0
         self.scheduler.advance(plan, self._step)
+        snap = self._snapshot(plan, codes, timing)
+        self.timings.push(timing)
+        self._step += 1
+        return snap
+
+    def _snapshot(self, plan: StepPlan, codes: torch.Tensor, timing: StepTiming) -> StepSnapshot:
         host, fence, buf = self.device.to_host(codes)
         snap = StepSnapshot(self._step, plan.batch, host, fence, buffer=buf, timing=timing,
                             first_frames=bool(plan.prefill))
         self._unretired.append(snap)
         timing.batch = len(plan.batch)
-        self.timings.push(timing)
-        self._step += 1
         return snap
+
+    def _between(self) -> None:
+        """Called by the runner between code predictor sub-steps: take new requests and prefill them now."""
+        while not self.inbox.empty():
+            cmd = self.inbox.get_nowait()
+            if isinstance(cmd, Submit) and self.dead is None:
+                self._handle(cmd)
+            else:
+                self._deferred.append(cmd)
+        if self.scheduler.waiting and self.scheduler.free_slots:
+            self._run_aside()
+
+    def _run_aside(self) -> None:
+        """schedule the waiting → forward → sample → snapshot → publish at once, inside the step in flight."""
+        plan = self.scheduler.schedule_aside()
+        if plan is None:
+            return
+        timing = StepTiming(step=self._step, start=time.perf_counter(), contiguous=False)
+        try:
+            with self.runner.aside():
+                self.runner.prepare(plan)
+                codes = self._forward_and_sample(plan, timing)
+        except Exception as exc:
+            log.error("mid-step prefill at step %d failed for %d request(s): %r", self._step, len(plan.batch), exc)
+            self.scheduler.commit(plan, self._step)
+            for seq in plan.batch:
+                self.scheduler.finish(seq)
+            self._publish_failure(list(plan.batch), exc, fatal=False)
+            if _is_device_fatal(exc):
+                raise  # the step in flight fails too, and the engine stops
+            return
+        self.scheduler.commit(plan, self._step)
+        self._publish(self._snapshot(plan, codes, timing))
 
     def _forward_and_sample(self, plan: StepPlan, timing: StepTiming) -> torch.Tensor:
         if self.fault_hook is not None:

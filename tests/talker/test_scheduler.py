@@ -115,3 +115,26 @@ def test_a_prefill_alone_step_is_sat_out_by_the_running_rows_without_losing_a_fr
         assert a.status is SeqStatus.RUNNING
         _step(s, step)
     assert a.status is SeqStatus.DONE and a.frames_after(4) == 4  # frames at steps 0, 2, 3 and 4
+
+
+def test_an_aside_prefill_joins_at_the_step_in_flight_and_moves_no_running_row() -> None:
+    s = Scheduler(max_batch=2, max_prefills=2, max_len=100, prefill_alone=True)
+    a, b = _seq(0, max_frames=4), _seq(1, max_frames=2)
+    s.add(a)
+    _step(s, 0)
+    outer = s.schedule()  # step 1 in flight: a decodes
+    assert s.schedule_aside() is None  # nobody waits
+    s.add(b)
+    aside = s.schedule_aside()
+    assert aside is not None and aside.batch == (b,) and aside.decode == [] and b.slot != a.slot
+    b.prefill_len = 7
+    s.commit(aside, 1)
+    s.advance(outer, 1)
+    plan = s.schedule()
+    assert plan.batch == (a, b)
+    assert a.frames_after(2) == 3 and b.frames_after(2) == 2  # a: steps 0, 1, 2; b: its aside at 1, then 2
+    assert plan.kv_offset + 2 == 7 + 1  # b's KV ends at position 7 + 1 at step 2
+    s.advance(plan, 2)
+    assert b.status is SeqStatus.DONE and a.status is SeqStatus.RUNNING
+    s.advance(s.schedule(), 3)
+    assert a.status is SeqStatus.DONE

@@ -1,0 +1,144 @@
+"""The Talker worker thread with the tiny model: a request that arrives while a step is in flight is prefilled
+between that step's code predictor sub-steps, and nobody's codes change for it."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from talker.device import DeviceLayer
+from talker.models.frontend import Frontend, load_tokenizer
+from talker.models.loader import LoadedTalker, load_talker
+from talker.request import SpeechRequest
+from talker.runner import Runner
+from talker.scheduler import Seq
+from talker.snapshot import StepSnapshot
+from talker.worker import Abort, Command, Stop, Submit, TalkerWorker
+
+CPU = torch.device("cpu")
+FRAMES = {"a": 12, "b": 6}
+ARRIVES_AT = 3  # b is submitted while a's 4th step is in flight
+
+
+class Recorder:
+    """The worker's publisher: per request, (step, codes [G]) in publication order."""
+
+    def __init__(self) -> None:
+        self.rows: defaultdict[str, list[tuple[int, np.ndarray]]] = defaultdict(list)
+        self.order: list[tuple[int, tuple[str, ...]]] = []
+        self.errors: list[BaseException] = []
+        self.slots: dict[str, int] = {}
+
+    def publish(self, snap: StepSnapshot) -> None:
+        if snap.error is not None:
+            self.errors.append(snap.error)
+            return
+        assert snap.codes is not None
+        ids = tuple(seq.request_id for seq in snap.seqs)
+        self.order.append((snap.step, ids))
+        for row, rid in enumerate(ids):
+            self.rows[rid].append((snap.step, snap.codes[row].numpy().copy()))
+        snap.release()
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_dir: Path) -> LoadedTalker:
+    return load_talker(tiny_dir, CPU, torch.float32)
+
+
+def seq_for(loaded: LoadedTalker, tiny_dir: Path, rid: str, text: str, seed: int) -> Seq:
+    frontend = Frontend(loaded.cfg, loaded.generation, load_tokenizer(tiny_dir), 200, 256, 256)
+    p = frontend.prepare(SpeechRequest(text=text, voice="aria", seed=seed, max_frames=FRAMES[rid]))
+    return Seq(rid, p.prompt, p.params, p.seed, p.max_frames, None)
+
+
+def run(loaded: LoadedTalker, tiny_dir: Path, midstep: bool, with_b: bool = True, abort_a: bool = False,
+        fail_b: bool = False) -> Recorder:
+    """a alone, then b submitted from inside a's step ARRIVES_AT (before its code predictor runs); `abort_a`: an
+    abort of a arrives just before; `fail_b`: b's first step raises."""
+    recorder = Recorder()
+    runner = Runner(loaded.model.talker, loaded.cfg, 4, 256, 256, CPU, torch.float32)
+    worker = TalkerWorker(runner, DeviceLayer(CPU), 4, recorder, loaded.cfg.codec.eos, prefill_midstep=midstep)
+    a = seq_for(loaded, tiny_dir, "a", "the quick brown fox jumps over the lazy dog", 1)
+    b = seq_for(loaded, tiny_dir, "b", "a second voice joins", 2)
+    steps_of_a = [0]
+    submitted = threading.Event()
+
+    def hook(where: str, batch: tuple[Seq, ...]) -> None:
+        if where == "code_predictor" and batch == (a,):
+            if steps_of_a[0] == ARRIVES_AT and with_b:
+                arrivals: list[Command] = [Abort("a")] if abort_a else []
+                for cmd in [*arrivals, Submit((b,))]:
+                    worker.send(cmd)
+                submitted.set()
+            steps_of_a[0] += 1
+        if where == "step" and batch == (b,) and fail_b:
+            raise RuntimeError("injected fault in b's prefill")
+
+    worker.fault_hook = hook
+    worker.start()
+    worker.send(Submit((a,)))
+    try:
+        if with_b:
+            assert submitted.wait(30)
+        deadline = threading.Event()
+        for _ in range(300):
+            if not worker.scheduler.all_seqs() and worker.inbox.empty():
+                break
+            deadline.wait(0.05)
+    finally:
+        worker.send(Stop())
+        assert worker.join(30)
+    assert len(recorder.errors) == fail_b
+    recorder.slots = {"a": a.slot, "b": b.slot}
+    return recorder
+
+
+def codes(recorder: Recorder, rid: str) -> np.ndarray:
+    return np.stack([c for _, c in recorder.rows[rid]])  # [T, G]
+
+
+def expected_frames(c: np.ndarray, limit: int, eos: int) -> int:
+    hits = np.flatnonzero(c[:, 0] == eos)
+    return int(hits[0]) + 1 if hits.size else limit
+
+
+def test_a_request_arriving_mid_step_gets_its_first_frame_from_that_step(
+    loaded: LoadedTalker, tiny_dir: Path
+) -> None:
+    eos = loaded.cfg.codec.eos
+    mid, after, alone = run(loaded, tiny_dir, True), run(loaded, tiny_dir, False), run(loaded, tiny_dir, True, False)
+    a_step = mid.rows["a"][ARRIVES_AT][0]
+    # 1. mid-step: b's first frame is published with the step in flight, before a's frame of that step
+    assert mid.rows["b"][0][0] == a_step
+    assert mid.order.index((a_step, ("b",))) < mid.order.index((a_step, ("a",)))
+    # 2. without it, b waits for that step to end and is prefilled in a step of its own
+    assert after.rows["b"][0][0] == after.rows["a"][ARRIVES_AT][0] + 1
+    # 3. the same codes either way, and a's are those it gets alone
+    for rid in ("a", "b"):
+        assert np.array_equal(codes(mid, rid), codes(after, rid))
+        c = codes(mid, rid)
+        assert len(c) == expected_frames(c, FRAMES[rid], eos)
+    assert np.array_equal(codes(mid, "a"), codes(alone, "a"))
+    # 4. a's frames keep one step each: b's step inside a's does not shift a's frame count
+    a_steps = [s for s, _ in mid.rows["a"]]
+    assert a_steps == list(range(a_steps[0], a_steps[0] + len(a_steps)))
+
+
+def test_an_abort_taken_mid_step_waits_for_the_step_boundary(loaded: LoadedTalker, tiny_dir: Path) -> None:
+    rec = run(loaded, tiny_dir, True, abort_a=True)
+    # a's step in flight completes and is its last; b, prefilled inside it, does not get a's slot yet
+    assert len(rec.rows["a"]) == ARRIVES_AT + 1
+    assert rec.slots["b"] != rec.slots["a"]
+    assert np.array_equal(codes(rec, "b"), codes(run(loaded, tiny_dir, True), "b"))
+
+
+def test_a_failed_mid_step_prefill_fails_only_its_requests(loaded: LoadedTalker, tiny_dir: Path) -> None:
+    rec = run(loaded, tiny_dir, True, fail_b=True)
+    assert "b" not in rec.rows
+    assert np.array_equal(codes(rec, "a"), codes(run(loaded, tiny_dir, True, with_b=False), "a"))
