@@ -73,6 +73,7 @@ class TalkerWorker:
         self.dead: BaseException | None = None
         self._unretired: deque[StepSnapshot] = deque()
         self._deferred: deque[Command] = deque()  # commands taken mid-step, handled at the next boundary
+        self._midstep_open = False  # the step in flight takes mid-step prefills: it makes no first frames itself
         if prefill_midstep:
             runner.between = self._between
         self._step = 0
@@ -176,6 +177,7 @@ class TalkerWorker:
         """schedule → publish the previous step → forward → sample → snapshot. Returns the unpublished snapshot."""
         timing = StepTiming(step=self._step, start=time.perf_counter(), contiguous=contiguous)
         plan = self.scheduler.schedule()
+        self._midstep_open = not plan.prefill
         try:
             self.runner.prepare(plan)
             if pending is not None:
@@ -202,7 +204,10 @@ class TalkerWorker:
         return snap
 
     def _between(self) -> None:
-        """Called by the runner between code predictor sub-steps: take new requests and prefill them now."""
+        """Called by the runner between code predictor sub-steps: take new requests and prefill them now. Not
+        inside a step that makes first frames itself: its own new requests would wait behind the newer ones."""
+        if not self._midstep_open:
+            return
         while not self.inbox.empty():
             cmd = self.inbox.get_nowait()
             if isinstance(cmd, Submit) and self.dead is None:

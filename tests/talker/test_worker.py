@@ -58,7 +58,7 @@ def seq_for(loaded: LoadedTalker, tiny_dir: Path, rid: str, text: str, seed: int
 
 
 def run(loaded: LoadedTalker, tiny_dir: Path, midstep: bool, with_b: bool = True, abort_a: bool = False,
-        fail_b: bool = False) -> Recorder:
+        fail_b: bool = False, arrives_at: int = ARRIVES_AT) -> Recorder:
     """a alone, then b submitted from inside a's step ARRIVES_AT (before its code predictor runs); `abort_a`: an
     abort of a arrives just before; `fail_b`: b's first step raises."""
     recorder = Recorder()
@@ -71,7 +71,7 @@ def run(loaded: LoadedTalker, tiny_dir: Path, midstep: bool, with_b: bool = True
 
     def hook(where: str, batch: tuple[Seq, ...]) -> None:
         if where == "code_predictor" and batch == (a,):
-            if steps_of_a[0] == ARRIVES_AT and with_b:
+            if steps_of_a[0] == arrives_at and with_b:
                 arrivals: list[Command] = [Abort("a")] if abort_a else []
                 for cmd in [*arrivals, Submit((b,))]:
                     worker.send(cmd)
@@ -141,4 +141,10 @@ def test_an_abort_taken_mid_step_waits_for_the_step_boundary(loaded: LoadedTalke
 def test_a_failed_mid_step_prefill_fails_only_its_requests(loaded: LoadedTalker, tiny_dir: Path) -> None:
     rec = run(loaded, tiny_dir, True, fail_b=True)
     assert "b" not in rec.rows
+    assert np.array_equal(codes(rec, "a"), codes(run(loaded, tiny_dir, True, with_b=False), "a"))
+
+
+def test_a_step_that_makes_first_frames_takes_no_mid_step_prefill(loaded: LoadedTalker, tiny_dir: Path) -> None:
+    rec = run(loaded, tiny_dir, True, arrives_at=0)  # b arrives during a's own prefill step
+    assert rec.rows["b"][0][0] == rec.rows["a"][0][0] + 1
     assert np.array_equal(codes(rec, "a"), codes(run(loaded, tiny_dir, True, with_b=False), "a"))
