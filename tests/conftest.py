@@ -12,7 +12,7 @@ import pytest
 from talker.config import EngineConfig
 from talker.models.tiny import ensure_tiny
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "official"  # written by the official package
 OFFICIAL_TINY = FIXTURES / "qwen3-tts-tiny-official-cv"
 
 

@@ -13,11 +13,8 @@ from tests.conftest import OFFICIAL_TINY
 
 @pytest.fixture(scope="module")
 def official() -> Qwen12HzCodec:
-    """The 12 Hz codec of the tiny checkpoint the official package wrote (shared fixtures)."""
-    codec_dir = OFFICIAL_TINY / "speech_tokenizer"
-    if not codec_dir.is_dir():
-        pytest.skip("shared Qwen3-TTS fixture not present")
-    return Qwen12HzCodec.from_pretrained(codec_dir)
+    """The 12 Hz codec of the tiny checkpoint the official package wrote (tests/fixtures/official)."""
+    return Qwen12HzCodec.from_pretrained(OFFICIAL_TINY / "speech_tokenizer")
 
 
 @pytest.fixture(scope="session")

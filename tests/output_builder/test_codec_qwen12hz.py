@@ -18,13 +18,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from output_builder.codecs import ChunkJob, CodecConfig, Qwen12HzCodec, Qwen12HzDecoder
+from tests.conftest import OFFICIAL_TINY
 
-FIXTURE_DIR = Path(__file__).resolve().parents[2] / "../shared/fixtures/qwen3-tts-tiny-official-cv"
-CODEC_DIR = FIXTURE_DIR.resolve() / "speech_tokenizer"
+CODEC_DIR = OFFICIAL_TINY / "speech_tokenizer"
 OFFICIAL_NPZ = Path(__file__).resolve().parents[1] / "fixtures" / "codec_tiny_official_decode.npz"
 SPF = 1920
-
-needs_fixture = pytest.mark.skipif(not CODEC_DIR.is_dir(), reason="shared Qwen3-TTS fixture not present")
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +66,6 @@ def stream_batched(codec: Qwen12HzCodec, streams: list[torch.Tensor]) -> list[li
     return pieces
 
 
-@needs_fixture
 def test_matches_official_decoder_on_fixture(official: Qwen12HzCodec) -> None:
     ref = np.load(OFFICIAL_NPZ)
     wav = official.decode(torch.from_numpy(ref["codes"]))
@@ -76,7 +73,6 @@ def test_matches_official_decoder_on_fixture(official: Qwen12HzCodec) -> None:
     np.testing.assert_allclose(wav.numpy(), ref["wav"], rtol=0, atol=1e-4)
 
 
-@needs_fixture
 def test_fixture_geometry(official: Qwen12HzCodec) -> None:
     assert (official.sample_rate, official.samples_per_frame, official.num_quantizers) == (24000, SPF, 16)
     assert official.receptive_field_frames == 83
@@ -157,7 +153,6 @@ def test_save_and_reload_round_trip(random_codec: Qwen12HzCodec, tmp_path: Path)
     assert torch.equal(reloaded.decode(codes), random_codec.decode(codes))
 
 
-@needs_fixture
 def test_resave_keeps_fixture_template(official: Qwen12HzCodec, tmp_path: Path) -> None:
     official.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())

@@ -13,9 +13,9 @@ import torch
 from output_builder.codecs import CodecConfig, Qwen12HzCodec, Qwen12HzDecoder
 from output_builder.codecs.native import NativeKernels
 from output_builder.codecs.qwen12hz_stream import DecodeStream, StreamingDecoder
+from tests.conftest import OFFICIAL_TINY
 
-CODEC_DIR = (Path(__file__).resolve().parents[2] / "../shared/fixtures/qwen3-tts-tiny-official-cv").resolve()
-CODEC_DIR = CODEC_DIR / "speech_tokenizer"
+CODEC_DIR = OFFICIAL_TINY / "speech_tokenizer"
 SPF = 1920
 FRAMES = 110  # past the 72-frame attention window and the 83-frame receptive field
 TOL = 1e-5

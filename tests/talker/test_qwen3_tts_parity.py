@@ -16,10 +16,10 @@ from talker.models.qwen3_tts.config import CheckpointError
 from talker.request import SpeechRequest
 from talker.runner import Runner
 from talker.scheduler import Scheduler, Seq
+from tests.conftest import OFFICIAL_TINY
 
-FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "qwen3-tts-tiny-official-cv"
+FIXTURE = OFFICIAL_TINY
 TEXTS = ["hello world this is a tiny test", "the quick brown fox jumps over the lazy dog"]
-pytestmark = pytest.mark.skipif(not FIXTURE.is_dir(), reason="shared fixtures not present")
 
 
 def greedy_codes(texts: list[str], frames: int, max_batch: int = 4) -> list[np.ndarray]:
