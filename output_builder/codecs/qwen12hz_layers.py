@@ -6,12 +6,15 @@ with strict key matching. Every convolution is causal: an output sample never de
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from talker.models.portable_random import PortableRandom, coarse
 
 if TYPE_CHECKING:
     from output_builder.codecs.qwen12hz import CodecConfig
@@ -326,40 +329,44 @@ _TARGET_RMS = 0.15
 
 @torch.no_grad()
 def init_audible_(module: _Synthesizer, seed: int) -> None:
-    """Seeded random init that makes the decoder produce noise at RMS ~0.15 instead of near-silence."""
-    gen = torch.Generator().manual_seed(seed)
+    """Seeded random init that makes the decoder produce noise at RMS ~0.15 instead of near-silence. The same bits
+    on every CPU (the tiny checkpoint's hash is part of the oracle fixtures): CPU-independent draws, and the
+    loudness factor, measured by a forward pass, is rounded coarsely before it scales the output conv."""
+    draws = PortableRandom(seed)
     for sub in module.modules():
-        _init_one(sub, gen)
+        _init_one(sub, draws)
     for sub in module.modules():
         if isinstance(sub, ResidualUnit):
             sub.conv2.conv.weight.mul_(0.25)
     cfg = module.cfg
-    codes = torch.randint(0, cfg.codebook_size, (2, cfg.num_quantizers, 16), generator=gen)
+    codes = draws.integers(cfg.codebook_size, (2, cfg.num_quantizers, 16))
     final = module.synthesize(codes)
     rms = final.pow(2).mean().sqrt().item()
+    gain = coarse(_TARGET_RMS / max(rms, 1e-8))
     out_conv = _last_conv(module)
-    out_conv.weight.mul_(_TARGET_RMS / max(rms, 1e-8))
+    out_conv.weight.mul_(gain)
     if out_conv.bias is not None:
-        out_conv.bias.mul_(_TARGET_RMS / max(rms, 1e-8))
+        out_conv.bias.mul_(gain)
 
 
-def _normal_(param: Tensor, std: float, gen: torch.Generator) -> None:
-    param.copy_(torch.randn(param.shape, generator=gen) * std)
+def _normal_(param: Tensor, std: float, draws: PortableRandom) -> None:
+    param.copy_(draws.normal(param.shape, std))
 
 
-def _init_one(sub: nn.Module, gen: torch.Generator) -> None:
+def _init_one(sub: nn.Module, draws: PortableRandom) -> None:
+    # 1 / sqrt(n), not n ** -0.5: sqrt is correctly rounded everywhere, libm's pow need not be
     if isinstance(sub, Codebook):
         sub.cluster_usage.fill_(1.0)
-        _normal_(sub.embedding_sum, 1.0, gen)
+        _normal_(sub.embedding_sum, 1.0, draws)
     elif isinstance(sub, nn.Conv1d):
-        _normal_(sub.weight, (sub.weight[0].numel()) ** -0.5, gen)
+        _normal_(sub.weight, 1 / math.sqrt(sub.weight[0].numel()), draws)
     elif isinstance(sub, nn.ConvTranspose1d):
         fan_in = sub.weight.shape[0] * sub.weight.shape[2] / sub.stride[0]
-        _normal_(sub.weight, fan_in**-0.5, gen)
+        _normal_(sub.weight, 1 / math.sqrt(fan_in), draws)
     elif isinstance(sub, nn.Linear):
-        _normal_(sub.weight, sub.weight.shape[1] ** -0.5, gen)
+        _normal_(sub.weight, 1 / math.sqrt(sub.weight.shape[1]), draws)
     elif isinstance(sub, SnakeBeta):
-        _normal_(sub.alpha, 0.1, gen)
+        _normal_(sub.alpha, 0.1, draws)
         sub.beta.zero_()
     elif isinstance(sub, LayerScale):
         sub.scale.fill_(0.3)

@@ -19,10 +19,11 @@ from safetensors.torch import save_file
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 from output_builder.codecs.qwen12hz import CodecConfig, Qwen12HzCodec
+from talker.models.portable_random import PortableRandom
 from talker.models.qwen3_tts.config import Qwen3TTSConfig
 from talker.models.qwen3_tts.model import Qwen3TTSModel
 
-TINY_VERSION = 1
+TINY_VERSION = 2  # 2: CPU-independent draws (talker/models/portable_random.py)
 SEED = 1234
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>")
 SPEAKERS = {"aria": 3061, "ben": 3062, "cleo": 3063, "dev": 3064}
@@ -201,13 +202,17 @@ def checkpoint_config(text_vocab: int, talker_cfg: dict[str, Any] = TALKER,
 
 @torch.no_grad()
 def init_weights(cfg: Qwen3TTSConfig) -> Qwen3TTSModel:
-    torch.manual_seed(SEED)
-    model = Qwen3TTSModel(cfg)
+    """Every parameter is set here (the module is built on the meta device), from draws that are the same bits on
+    every CPU: the oracle fixtures are checked against this checkpoint's hash."""
+    with torch.device("meta"):
+        model = Qwen3TTSModel(cfg)
+    model.to_empty(device="cpu")
+    draws = PortableRandom(SEED)
     for name, p in model.named_parameters():
         if name.endswith("norm.weight"):
             p.fill_(1.0)
         elif p.ndim >= 2:
-            p.normal_(0.0, 0.02 if "embedding" not in name else 1.0)
+            p.copy_(draws.normal(p.shape, 0.02 if "embedding" not in name else 1.0))
         else:
             p.zero_()
     _wire_eos_on_pad(model, cfg)
