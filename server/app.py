@@ -9,12 +9,16 @@ import os
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
 
 from output_builder.engine import Engine
 from server import errors, routes_realtime, routes_speech
@@ -30,6 +34,7 @@ log = logging.getLogger("talkstream.server")
 DEAD_POLL_S = 0.5
 DEAD_GRACE_S = 2.0  # lets the failed requests' clients get their errors before the process exits
 EXIT_DEAD = 3
+DOCS_ASSETS = "/docs-assets"
 
 
 def create_app(
@@ -43,7 +48,7 @@ def create_app(
     """
     state = ServerState(Engine(config), Metrics(), ThreadPoolExecutor(encode_threads, "encoder"),
                         api_key or None, shutdown_timeout, log_input=log_input, exit_on_dead=exit_on_dead)
-    app = FastAPI(title="Talkstream", version="0.1.0", lifespan=_lifespan,
+    app = FastAPI(title="Talkstream", version="0.1.0", lifespan=_lifespan, docs_url=None, redoc_url=None,
                   description="Streaming text-to-speech, compatible with OpenAI's speech and Realtime APIs.")
     app.state.talkstream = state
     app.add_middleware(BodyLimit)
@@ -53,6 +58,7 @@ def create_app(
     app.add_middleware(DrainGate, state=state)  # outermost: nothing new gets in while draining
     errors.install(app, lambda err: state.metrics.error(err.detail.type, err.detail.code))
     app.include_router(_public_router())
+    _add_docs(app)
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
     v1.include_router(_listing_router())
     v1.include_router(routes_speech.router)
@@ -130,6 +136,32 @@ def _public_router() -> APIRouter:
         return Response(state.metrics.scrape(state.engine), media_type=CONTENT_TYPE)
 
     return router
+
+
+def _add_docs(app: FastAPI) -> None:
+    """/docs (Swagger UI) and /redoc with their scripts served from here, not from FastAPI's default CDN, so they
+    work offline. The files come from the `fastapi-offline` package; only its static files are used."""
+    app.mount(DOCS_ASSETS, StaticFiles(directory=Path(str(resources.files("fastapi_offline") / "static"))),
+              name="docs-assets")
+    router = APIRouter(include_in_schema=False)
+
+    @router.get("/docs")
+    async def swagger_ui(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "").rstrip("/")
+        return get_swagger_ui_html(openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - Swagger UI",
+                                   swagger_js_url=f"{root}{DOCS_ASSETS}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{root}{DOCS_ASSETS}/swagger-ui.css",
+                                   swagger_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png", oauth2_redirect_url=None,
+                                   swagger_ui_parameters={"validatorUrl": None})  # no call to an online validator
+
+    @router.get("/redoc")
+    async def redoc(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "").rstrip("/")
+        return get_redoc_html(openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - ReDoc",
+                              redoc_js_url=f"{root}{DOCS_ASSETS}/redoc.standalone.js",
+                              redoc_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png", with_google_fonts=False)
+
+    app.include_router(router)
 
 
 def _listing_router() -> APIRouter:

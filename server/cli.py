@@ -37,6 +37,8 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-input", action="store_true", help="log request input text (off by default)")
     serve.add_argument("--codec-timeout", type=float, default=None,
                        help="seconds a codec decode may take before the engine is marked dead (default 30)")
+    serve.add_argument("--max-connections", type=int, default=None,
+                       help="open connections past which requests get 503 (default: half the open-file limit)")
 
     say = sub.add_parser("say", help="synthesize TEXT into a file, streaming")
     say.add_argument("text")
@@ -102,10 +104,13 @@ def serve(args: argparse.Namespace) -> int:
 
     from server.app import create_app
     from server.drain import DrainingServer
-    from server.http_protocol import uvicorn_options
+    from server.http_protocol import raise_open_file_limit, uvicorn_options
     from server.state import state_of
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.max_connections is not None and args.max_connections < 1:
+        raise ValueError("--max-connections must be at least 1")
+    raise_open_file_limit()  # before the options: the default connection limit is derived from it
     origins = [o.strip() for o in args.cors_origins.split(",") if o.strip()] if args.cors_origins else None
     config = engine_config(args)
     if args.codec_timeout is not None:
@@ -114,7 +119,8 @@ def serve(args: argparse.Namespace) -> int:
                      exit_on_dead=True, cors_origins=origins, log_input=args.log_input)
     # the drain (SIGTERM) already let streams finish within --shutdown-timeout: uvicorn's own wait is a backstop
     uv = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                        timeout_graceful_shutdown=UVICORN_SHUTDOWN_S, **uvicorn_options())
+                        timeout_graceful_shutdown=UVICORN_SHUTDOWN_S,
+                        **uvicorn_options(max_connections=args.max_connections))
     DrainingServer(uv, state_of(app), args.shutdown_timeout).run()
     return 0  # after a signal too: a graceful shutdown (a dead engine exits 3, a failed start 3 from uvicorn)
 
@@ -131,6 +137,8 @@ def say(args: argparse.Namespace) -> int:
         asyncio.run(_write(source, f, bar, fmt))
     if fmt == "wav":
         _patch_wav_sizes(args.output)
+    elif fmt == "flac":
+        _patch_flac_length(args.output)
     return 0
 
 
@@ -190,6 +198,27 @@ def _patch_wav_sizes(path: Path) -> None:
         f.write((size - 8).to_bytes(4, "little"))
         f.seek(40)
         f.write((size - 44).to_bytes(4, "little"))
+
+
+FLAC_STREAMINFO_END = 26  # "fLaC", a block header, then STREAMINFO, whose bytes 10-17 end in the sample count
+FLAC_SAMPLES_BITS = 36
+
+
+def _patch_flac_length(path: Path) -> None:
+    """A streamed FLAC's STREAMINFO says 'total samples unknown' (0), which some readers (libsndfile) cannot take;
+    a finished file can say its real count. Its MD5 stays zero, which the format defines as 'not computed'."""
+    import av
+
+    with path.open("r+b") as f:
+        head = f.read(FLAC_STREAMINFO_END)
+        if len(head) < FLAC_STREAMINFO_END or head[:4] != b"fLaC" or head[4] & 0x7F != 0:
+            return  # not a FLAC stream that starts with its STREAMINFO block
+        with av.open(str(path)) as container:  # decoding is the one count that cannot misread a frame header
+            samples = sum(frame.samples for frame in container.decode(audio=0))
+        mask = (1 << FLAC_SAMPLES_BITS) - 1
+        packed = int.from_bytes(head[18:26], "big") & ~mask | min(samples, mask)
+        f.seek(18)
+        f.write(packed.to_bytes(8, "big"))
 
 
 if __name__ == "__main__":

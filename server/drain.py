@@ -16,15 +16,19 @@ shuts down, so the listener stays open meanwhile and new requests get a 503 (not
    worker threads and codec process end).
 
 A second signal cuts the wait short (step 3 at once); a third makes uvicorn exit without waiting at all.
-`talkstream serve` then returns 0 (uvicorn's habit of re-raising the signal is not kept).
+`talkstream serve` then returns 0 (uvicorn's habit of re-raising the signal is not kept). SIGHUP counts as SIGTERM:
+a closed terminal or a supervisor's hangup gets the same drain, not the default instant death.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 import uvicorn
@@ -100,6 +104,21 @@ class DrainingServer(uvicorn.Server):
         self.signals = 0
         self.drained_cleanly: bool | None = None
         self._drain: asyncio.Task[None] | None = None
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's SIGINT and SIGTERM handlers, plus SIGHUP (where there is one), restored afterwards."""
+        hup = getattr(signal, "SIGHUP", None)
+        if hup is None or threading.current_thread() is not threading.main_thread():  # signals: main thread only
+            with super().capture_signals():
+                yield
+            return
+        previous = signal.signal(hup, self.handle_exit)
+        try:
+            with super().capture_signals():
+                yield
+        finally:
+            signal.signal(hup, previous)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:  # a signal handler: only sets flags
         self.signals += 1

@@ -83,3 +83,18 @@ def test_a_first_chunk_that_comes_after_its_streams_close_leaves_no_state() -> N
     assert list(states) == [1] and not gone
     decode_batch(codec, states, DecodeRequest([(1, codes)], closed=[1]), gone)  # last job and close together
     assert not states and not gone
+
+
+def test_the_codec_process_outlives_the_thread_that_created_it(tmp_path: Path) -> None:
+    # It dies with its parent by PR_SET_PDEATHSIG, which the kernel sends when the *thread* that forked it exits.
+    # The engine creates it on an executor thread (asyncio.to_thread), which can exit before the engine stops.
+    Qwen12HzCodec.from_config(CodecConfig.tiny(), seed=11).save_pretrained(tmp_path)
+    made: list[CodecProcess] = []
+    creator = threading.Thread(target=lambda: made.append(CodecProcess(tmp_path, "cpu", 1)))
+    creator.start()
+    creator.join(120)  # the thread is gone: a signal tied to it has been sent by now
+    [process] = made
+    try:  # a SIGKILLed child could not answer (the signal is taken before it runs again)
+        assert len(process.decode([(1, np.zeros((16, 1), dtype=np.int64))])) == 1
+    finally:
+        process.stop()

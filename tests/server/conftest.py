@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -58,13 +59,16 @@ class LiveServer:
         self.thread.join(30)
 
 
-def start_server(config: EngineConfig, api_key: str | None = None, wait_ready: bool = True) -> LiveServer:
+def start_server(config: EngineConfig, api_key: str | None = None, wait_ready: bool = True,
+                 options: dict[str, Any] | None = None) -> LiveServer:
+    """`options`: arguments of `uvicorn_options` (a shorter head timeout, a connection limit)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # asyncio sets TCP_NODELAY only then
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     app = create_app(config, api_key, shutdown_timeout=2.0)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2, **uvicorn_options()))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2,
+                                           **uvicorn_options(**(options or {}))))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True,
                               name=f"uvicorn-{port}")
     thread.start()
@@ -102,11 +106,13 @@ def live(server_config: EngineConfig) -> Iterator[LiveServer]:
 
 @pytest.fixture
 def make_server(server_config: EngineConfig) -> Iterator[Callable[..., LiveServer]]:
-    """Starts extra servers with config overrides (and an optional API key); stops them after the test."""
+    """Starts extra servers with config overrides (and an optional API key and `uvicorn_options` arguments); stops
+    them after the test."""
     started: list[LiveServer] = []
 
-    def make(api_key: str | None = None, wait_ready: bool = True, **overrides: object) -> LiveServer:
-        server = start_server(replace(server_config, **overrides), api_key, wait_ready)  # type: ignore[arg-type]
+    def make(api_key: str | None = None, wait_ready: bool = True, options: dict[str, Any] | None = None,
+             **overrides: object) -> LiveServer:
+        server = start_server(replace(server_config, **overrides), api_key, wait_ready, options)  # type: ignore[arg-type]
         started.append(server)
         return server
 

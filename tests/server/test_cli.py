@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 import soundfile as sf
 
@@ -18,6 +19,16 @@ def test_say_remote_writes_a_valid_wav(live: LiveServer, tmp_path: Path) -> None
     assert cli.main(["say", "Hello from the command line.", "-o", str(out), "--url", live.url, "--seed", "1"]) == 0
     data, rate = sf.read(out)  # the streamed header's sizes were patched to the real ones
     assert rate == 24000 and data.ndim == 1 and data.size / rate > 0.5
+
+
+def test_say_writes_a_flac_that_states_its_length(live: LiveServer, tmp_path: Path) -> None:
+    out, text = tmp_path / "hello.flac", "Hello in lossless audio."
+    assert cli.main(["say", text, "-o", str(out), "--url", live.url, "--seed", "3"]) == 0
+    same = {"model": "tts-1", "input": text, "voice": "alloy", "speed": 1.0, "seed": 3}  # what `say` sends
+    pcm = httpx.post(live.url + "/v1/audio/speech", json={**same, "response_format": "pcm"}, timeout=60)
+    assert pcm.status_code == 200
+    data, rate = sf.read(out)  # libsndfile needs the total length in STREAMINFO
+    assert rate == 24000 and data.ndim == 1 and data.size == len(pcm.content) // 2 > 0
 
 
 def test_say_format_from_extension(live: LiveServer, tmp_path: Path) -> None:

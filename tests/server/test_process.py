@@ -1,10 +1,12 @@
-"""`talkstream serve` as a subprocess: a dead engine exits the process; SIGTERM drains (503 for anything new, in-flight
-responses finish within --shutdown-timeout, the rest is cut), then exits in bounded time; a second signal hurries."""
+"""`talkstream serve` as a subprocess: a dead engine exits the process; SIGTERM (or SIGHUP) drains (503 for anything
+new, in-flight responses finish within --shutdown-timeout, the rest is cut), then exits in bounded time; a second
+signal hurries; the codec process never outlives the server; the open-file limit is raised at start."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -12,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -24,15 +27,17 @@ from tests.server.test_abort_paths import LONG_TEXT, speech
 
 
 class Served:
-    def __init__(self, cache: Path, *flags: str) -> None:
+    def __init__(self, cache: Path, *flags: str, soft_nofile: int | None = None) -> None:
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
         sock.close()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "TALKSTREAM_CACHE_DIR": str(cache)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--port", str(self.port),
-                                      "--log-level", "warning", *flags], env=env)
+        cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port), "--log-level", "warning", *flags]
+        if soft_nofile is not None:  # started with a lower soft open-file limit (the shell execs: same pid)
+            cmd = ["sh", "-c", f'ulimit -Sn {soft_nofile} && exec "$@"', "sh", *cmd]
+        self.proc = subprocess.Popen(cmd, env=env)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and self.proc.poll() is None:
             try:
@@ -52,8 +57,8 @@ class Served:
 def serve(tiny_cache: Path, tiny_dir: Path) -> Iterator[type[Served]]:
     started: list[Served] = []
 
-    def make(*flags: str) -> Served:
-        s = Served(tiny_cache, *flags)
+    def make(*flags: str, **options: Any) -> Served:
+        s = Served(tiny_cache, *flags, **options)
         started.append(s)
         return s
 
@@ -164,3 +169,62 @@ def test_a_second_signal_cuts_the_drain_short(serve: type[Served]) -> None:
         assert server.proc.wait(15) == 0 and time.monotonic() - t0 < 8
     finally:
         stalled.close()
+
+
+def test_sighup_drains_like_sigterm(serve: type[Served]) -> None:
+    server = serve("--shutdown-timeout", "60")
+    stalled = raw_request(server.url, speech())  # never read: it holds the drain open
+    try:
+        wait_for(lambda: scrape(server.url)[OPEN_HTTP] == 1, 10)
+        server.proc.send_signal(signal.SIGHUP)  # by default SIGHUP ends a process at once, listener and all
+        wait_for(lambda: httpx.get(server.url + "/health", timeout=5).json()["status"] == "draining", 10)
+        refused = httpx.post(server.url + "/v1/audio/speech", json=speech(), timeout=5)
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_shutting_down"
+        server.proc.send_signal(signal.SIGHUP)  # a second one cuts the drain short, as for SIGTERM
+        assert server.proc.wait(15) == 0
+    finally:
+        stalled.close()
+
+
+def gone(pid: int) -> bool:
+    with contextlib.suppress(AssertionError):
+        wait_for(lambda: not alive(pid), 20)
+    return not alive(pid)
+
+
+@contextlib.contextmanager
+def stopped(pid: int) -> Iterator[None]:
+    """The process hung (SIGSTOP): it can read no pipe's EOF and answer no signal but SIGKILL. Killed afterwards
+    if it is still there, so that a failing test leaves nothing behind."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_hung_codec_process_dies_with_a_killed_server(serve: type[Served]) -> None:
+    server = serve()
+    [codec] = server.children()
+    with stopped(codec):
+        server.proc.kill()  # no chance to stop its children
+        server.proc.wait(10)
+        assert gone(codec)
+
+
+def test_a_hung_codec_process_dies_with_a_server_whose_engine_died(serve: type[Served]) -> None:
+    server = serve("--codec-timeout", "1")
+    [codec] = server.children()
+    with stopped(codec):
+        with contextlib.suppress(httpx.TransportError):  # the decode times out: the engine is dead
+            httpx.post(server.url + "/v1/audio/speech", json=speech(input="Hello."), timeout=30)
+        assert server.proc.wait(30) == 3  # os._exit: the engine's stop (which would kill the codec) never runs
+        assert gone(codec)
+
+
+def test_serve_raises_the_open_file_limit(serve: type[Served]) -> None:
+    server = serve(soft_nofile=256)
+    limits = Path(f"/proc/{server.proc.pid}/limits").read_text()
+    soft, hard = re.search(r"Max open files\s+(\d+)\s+(\d+)", limits).groups()  # type: ignore[union-attr]
+    assert int(hard) > 256 and soft == hard
