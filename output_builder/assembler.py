@@ -4,6 +4,7 @@ then larger ones). Runs wherever snapshots are consumed: the event loop (async m
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,33 +17,59 @@ _stream_ids = itertools.count(1)
 
 @dataclass(slots=True, eq=False)
 class RequestOutput:
-    """The output side of one request: the `sink` a worker Seq points at."""
+    """The output side of one request: the `sink` its worker Seqs point at.
+
+    A long text is spoken as several segments (one Seq each, one after another, `segment` counting them) into this
+    one output, so the codec's streaming state runs on across the joins. `push` takes a row only from the current
+    segment: a finished segment's Seq may still be stepped until the worker sees its EOS.
+    """
 
     request_id: str
     stream: AudioStream
-    max_frames: int
+    max_frames: int  # the whole response's frames at most (a limit the client set)
     eos_id: int
     first_chunk: int
     chunk: int
+    segment_frames: int = 1 << 62  # one segment's frames at most (a Seq's max_frames)
+    segments_left: int = 0
+    on_segment_end: Callable[[RequestOutput], None] | None = None  # starts the next segment
     stream_id: int = field(default_factory=lambda: next(_stream_ids))  # names its codec state
     released: bool = False  # codec state dropped
     frames: int = 0  # frames accepted (EOS and later frames are not counted)
     chunks: int = 0
+    segment: int = 0
+    truncated: bool = False  # a segment reached its frame cap before its EOS: part of its text may be unspoken
     closed: bool = False  # no more frames are accepted
+    _in_segment: int = 0
     _pending: list[np.ndarray] = field(default_factory=list)
 
-    def push(self, row: np.ndarray) -> ChunkJob | None:
-        """row: [G] codes of one frame. Returns a chunk when one is ready."""
-        if self.closed:
+    def push(self, row: np.ndarray, segment: int = 0) -> ChunkJob | None:
+        """row: [G] codes of one frame of `segment`. Returns a chunk when one is ready."""
+        if self.closed or segment != self.segment:
             return None
         if int(row[0]) == self.eos_id:
-            return self._close(FinishReason.EOS)
+            return self._end_segment(truncated=False)
         self._pending.append(row)
         self.frames += 1
+        self._in_segment += 1
         if self.frames >= self.max_frames:
             return self._close(FinishReason.MAX_FRAMES)
+        if self._in_segment >= self.segment_frames and (job := self._end_segment(truncated=True)) is not None:
+            return job
         target = chunk_target(self.first_chunk, self.chunk, self.chunks)
         return self._cut(None) if len(self._pending) >= target else None
+
+    def _end_segment(self, truncated: bool) -> ChunkJob | None:
+        """The last segment ends the stream; any other hands over to the next, whose frames join the pending."""
+        self.truncated |= truncated
+        if self.segments_left == 0:
+            return self._close(FinishReason.MAX_FRAMES if self.truncated else FinishReason.EOS)
+        self.segments_left -= 1
+        self.segment += 1
+        self._in_segment = 0
+        if self.on_segment_end is not None:
+            self.on_segment_end(self)
+        return None
 
     def _close(self, reason: FinishReason) -> ChunkJob:
         self.closed = True

@@ -108,7 +108,7 @@ class OutputPipeline:
             self.tap(snap, codes)
         jobs = []
         for row, seq in enumerate(snap.seqs):
-            job = seq.sink.push(codes[row])
+            job = seq.sink.push(codes[row], seq.segment)
             if job is not None:
                 jobs.append(job)
         snap.release()
@@ -153,7 +153,8 @@ class OutputPipeline:
     def fail_step(self, snap: StepSnapshot) -> None:
         err = snap.error or RuntimeError("step failed")
         for seq in snap.seqs:
-            self.fail_output(seq.sink, RequestFailedError(f"generation failed: {err}", code="generation_error"))
+            if seq.segment == seq.sink.segment:  # not a finished segment's Seq that was still being stepped
+                self.fail_output(seq.sink, RequestFailedError(f"generation failed: {err}", code="generation_error"))
         if snap.fatal:
             self.on_fatal(err)
 

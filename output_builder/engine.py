@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from talker.worker import Abort, Pause, Stop, Submit, TalkerWorker
 
 log = logging.getLogger("talkstream.engine")
 WATCHDOG_PERIOD_S = 0.5
+NO_LIMIT = 1 << 62  # frames: a response the client set no limit for
 
 
 @dataclass(slots=True)
@@ -183,10 +185,33 @@ class Engine:
         assert self._loaded is not None
         cfg, rid = self.config, p.request.request_id
         stream = AudioStream(rid, self.sample_rate, cfg.max_ahead_s, self._abort, self._pace)
+        stream.usage.input_tokens = p.input_tokens
         eos = self._loaded.talker.cfg.codec.eos
-        out = RequestOutput(rid, stream, p.max_frames, eos, cfg.first_chunk_frames, cfg.chunk_frames)
+        out = RequestOutput(rid, stream, p.limit or NO_LIMIT, eos, cfg.first_chunk_frames, cfg.chunk_frames,
+                            segment_frames=self._loaded.frontend.max_frames, segments_left=len(p.segments) - 1,
+                            on_segment_end=self._segment_ended(p))
         self._outputs[rid] = out
         return Seq(rid, p.prompt, p.params, p.seed, p.max_frames, out)
+
+    def _segment_ended(self, p: Prepared) -> Callable[[RequestOutput], None]:
+        """What starts a long text's next segment once the output side has seen the last one end (on the event
+        loop, where aborts happen too: a request aborted meanwhile starts nothing)."""
+        assert self._loop is not None
+        loop = self._loop
+
+        def submit_next(out: RequestOutput) -> None:
+            if out.closed or out.stream.done or self.worker is None or self.state is EngineState.DEAD:
+                return
+            frames = min(out.segment_frames, out.max_frames - out.frames)
+            seq = Seq(out.request_id, p.segments[out.segment], p.params, p.seed, frames, out, segment=out.segment)
+            self.worker.send(Submit((seq,)))
+            if out.stream.paused:  # its reader is behind: the new Seq waits like the last one did
+                self.worker.send(Pause(out.request_id, True))
+
+        def next_segment(out: RequestOutput) -> None:  # sync mode ends segments on the worker thread
+            loop.call_soon_threadsafe(submit_next, out)
+
+        return next_segment
 
     def _check_admission(self, n: int) -> None:
         if self.state is EngineState.DEAD:

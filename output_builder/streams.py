@@ -22,6 +22,7 @@ class Usage:
     frames: int = 0
     samples: int = 0
     sample_rate: int = 24000
+    input_tokens: int = 0  # the input's (and instructions') text tokens
 
     @property
     def audio_seconds(self) -> float:
@@ -73,6 +74,11 @@ class AudioStream:
     @property
     def done(self) -> bool:
         return self.finish_reason is not None
+
+    @property
+    def paused(self) -> bool:
+        """The engine was asked to pause the request until the reader catches up."""
+        return self._paused
 
     @property
     def buffered_seconds(self) -> float:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 _ids = itertools.count(1)
+MAX_INPUT_CHARS = 4096  # input and instructions; a longer input's speech is split into segments anyway
 
 
 class FinishReason(StrEnum):
@@ -102,5 +103,5 @@ class SpeechRequest:
     top_k: int | None = None
     top_p: float | None = None
     repetition_penalty: float | None = None
-    max_frames: int | None = None
+    max_frames: int | None = None  # the whole response's frames at most (a limit the client set)
     request_id: str = field(default_factory=lambda: f"req-{next(_ids)}")

@@ -32,6 +32,7 @@ class Seq:
     seed: int
     max_frames: int
     sink: Any
+    segment: int = 0  # which of its request's segments (a long text is spoken as several, one after another)
     slot: int = -1
     status: SeqStatus = SeqStatus.WAITING
     prefill_len: int = 0
@@ -157,7 +158,8 @@ class Scheduler:
         was_waiting = seq.status is SeqStatus.WAITING
         seq.status = SeqStatus.DONE
         seq.deadline = -1
-        self.by_id.pop(seq.request_id, None)
+        if self.by_id.get(seq.request_id) is seq:  # the next segment's Seq may already be filed under the id
+            del self.by_id[seq.request_id]
         if was_waiting:
             self.waiting.remove(seq)
             return True

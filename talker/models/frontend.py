@@ -1,41 +1,26 @@
-"""Request validation and tokenization on the event loop, before any engine work. Imports no torch."""
+"""Request validation and tokenization on the event loop, before any engine work."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+from talker.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
+from talker.models.qwen3_tts.prompt import PromptIds, codec_prefix
+from talker.models.segmenter import split_text
+from talker.models.tokenizer import TextTokenizer, load_tokenizer
+from talker.request import MAX_INPUT_CHARS, RequestError, SamplingParams, SpeechRequest
 
-from talker.models.qwen3_tts.config import CheckpointError, GenerationDefaults, Qwen3TTSConfig
-from talker.models.qwen3_tts.prompt import PromptIds, assistant_text, codec_prefix, instruct_text
-from talker.request import RequestError, SamplingParams, SpeechRequest
+__all__ = ["OPENAI_VOICES", "Frontend", "Prepared", "Voice", "load_tokenizer"]
 
 OPENAI_VOICES = (
     "alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse", "marin", "cedar",
 )
-MAX_INPUT_CHARS = 4096
-
-
-def load_tokenizer(directory: Path) -> Tokenizer:
-    """The checkpoint's Qwen2 BPE tokenizer: tokenizer.json, or vocab.json + merges.txt."""
-    tj = directory / "tokenizer.json"
-    if tj.is_file():
-        return Tokenizer.from_file(str(tj))
-    vocab, merges = directory / "vocab.json", directory / "merges.txt"
-    for f in (vocab, merges):
-        if not f.is_file():
-            raise CheckpointError(f"missing checkpoint file: {f} (and no tokenizer.json)")
-    tok = Tokenizer(models.BPE.from_file(str(vocab), str(merges)))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    cfg_path = directory / "tokenizer_config.json"
-    if cfg_path.is_file():
-        added = json.loads(cfg_path.read_text()).get("added_tokens_decoder", {})
-        tok.add_special_tokens([AddedToken(v["content"], special=True) for _, v in sorted(added.items())])
-    return tok
+# A slow speaker's codec frames per text token (an ordinary pace is ~3.5): a segment of max_frames // 8 tokens is
+# spoken within max_frames, so a long text is split before the frame cap could cut it.
+FRAMES_PER_TOKEN = 8
+MIN_SEGMENT_TOKENS = 16  # instructions must leave at least this much of the prompt to the text
+MAX_FRAMES_LIMIT = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,18 +32,25 @@ class Voice:
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """A validated request, ready for the worker."""
+    """A validated request, ready for the worker: its text as one or more segments, spoken one after another
+    with the same voice and settings, into one audio stream."""
 
     request: SpeechRequest
-    prompt: PromptIds
+    segments: tuple[PromptIds, ...]
     params: SamplingParams
     seed: int
-    max_frames: int
+    max_frames: int  # frames of one segment at most (the server's cap), within `limit`
+    limit: int | None  # frames of the whole response at most (the client's max_frames)
+    input_tokens: int
+
+    @property
+    def prompt(self) -> PromptIds:
+        return self.segments[0]
 
 
 class Frontend:
     def __init__(
-        self, cfg: Qwen3TTSConfig, gen: GenerationDefaults, tokenizer: Tokenizer,
+        self, cfg: Qwen3TTSConfig, gen: GenerationDefaults, tokenizer: TextTokenizer,
         max_frames: int, text_width: int, max_prompt: int,
     ) -> None:
         self.cfg, self.gen, self.tokenizer = cfg, gen, tokenizer
@@ -75,27 +67,44 @@ class Frontend:
         if not text or not text.strip():
             raise RequestError("input must not be empty", param="input")
         if len(text) > MAX_INPUT_CHARS:
-            raise RequestError(f"input is longer than {MAX_INPUT_CHARS} characters", param="input")
-        speaker = self.speaker_for(req.voice)
+            raise RequestError(f"input is {len(text)} characters long; at most {MAX_INPUT_CHARS} are accepted",
+                               param="input")
+        prefix = codec_prefix(self.cfg, req.language, self.speaker_for(req.voice))
         instruct = self._instruct_ids(req.instructions)
-        ids = tuple(self.tokenizer.encode(assistant_text(text), add_special_tokens=False).ids)
-        prompt = PromptIds(
-            ids, instruct, codec_prefix(self.cfg, req.language, speaker), not self.gen.non_streaming_mode
-        )
-        if len(prompt.text) + 1 > self.text_width:
-            raise RequestError(f"input is too long ({len(prompt.text)} tokens)", param="input")
-        if len(ids) + len(prompt.codec_prefix) + len(instruct or ()) > self.max_prompt:
-            raise RequestError("input and instructions are too long for this model", param="input")
+        streaming = not self.gen.non_streaming_mode
+        segments = tuple(PromptIds(self.tokenizer.assistant(piece), instruct, prefix, streaming)
+                         for piece in split_text(text, self._budget(prefix, instruct), self._count))
+        for prompt in segments:  # the budget keeps every segment within both; a last line of defence
+            if len(prompt.text) + 1 > self.text_width or prompt.token_bound > self.max_prompt:
+                raise RequestError("input could not be split into pieces this model can speak", param="input")
         params = self.sampling(req)
-        max_frames = self.max_frames if req.max_frames is None else req.max_frames
-        if not 1 <= max_frames <= self.max_frames:
-            raise RequestError(f"max_frames must be between 1 and {self.max_frames}", param="max_frames")
+        limit = req.max_frames
+        if limit is not None and not 1 <= limit <= MAX_FRAMES_LIMIT:
+            raise RequestError(f"max_frames must be between 1 and {MAX_FRAMES_LIMIT}", param="max_frames")
         seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(4), "little")
         if not 0 <= seed < 2**63:
             raise RequestError("seed must be a non-negative 63-bit integer", param="seed")
-        return Prepared(req, prompt, params, seed & 0x7FFFFFFF, max_frames)
+        tokens = sum(len(p.text) for p in segments) + len(instruct or ())
+        return Prepared(req, segments, params, seed & 0x7FFFFFFF, min(self.max_frames, limit or self.max_frames),
+                        limit, tokens)
+
+    def _count(self, text: str) -> int:
+        return len(self.tokenizer.plain(text))
+
+    def _budget(self, prefix: tuple[int, ...], instruct: tuple[int, ...] | None) -> int:
+        """Text tokens per segment: its speech fits max_frames, and its prompt fits the slot beside the rest."""
+        overhead = len(self.tokenizer.assistant("")) + len(prefix) + len(instruct or ()) + 2
+        room = self.max_prompt - overhead
+        if room < MIN_SEGMENT_TOKENS:
+            raise RequestError(
+                f"instructions are too long for this model: they take {len(instruct or ())} of the "
+                f"{self.max_prompt} prompt tokens a request has, and at least {MIN_SEGMENT_TOKENS} must be left "
+                "for the input; shorten them", param="instructions")
+        return max(1, min(self.max_frames // FRAMES_PER_TOKEN, self.text_width - 1, room))
 
     def speaker_for(self, voice: str | None) -> str | None:
+        if voice is not None and not voice.strip():
+            raise RequestError("voice must not be empty; leave it out for the default voice", param="voice")
         name = (voice or self.default_voice or "").lower()
         if not name and not self.voices:
             return None
@@ -110,7 +119,7 @@ class Frontend:
             return None
         if self.cfg.model_size.lower() in ("0b6", "0.6b"):
             return None  # the 0.6B CustomVoice model takes no instruction, as in the official package
-        return tuple(self.tokenizer.encode(instruct_text(instructions), add_special_tokens=False).ids)
+        return self.tokenizer.instruct(instructions)
 
     def sampling(self, req: SpeechRequest) -> SamplingParams:
         g = self.gen

@@ -267,11 +267,8 @@ def build_tokenizer() -> Tokenizer:
 
 
 def _write_tokenizer_files(directory: Path, tok: Tokenizer) -> None:
-    vocab = tok.get_vocab()
-    _dump(
-        directory / "vocab.json",
-        {k: v for k, v in sorted(vocab.items(), key=lambda kv: kv[1]) if k not in SPECIAL_TOKENS},
-    )
+    vocab = tok.get_vocab()  # the special tokens too, at their ids, as in the official checkpoints' vocab.json
+    _dump(directory / "vocab.json", dict(sorted(vocab.items(), key=lambda kv: kv[1])))
     merges = json.loads(tok.to_str())["model"]["merges"]
     lines = [" ".join(m) if isinstance(m, list) else m for m in merges]
     (directory / "merges.txt").write_text("#version: 0.2\n" + "\n".join(lines) + "\n")

@@ -10,7 +10,6 @@ from output_builder.codecs.qwen12hz import Qwen12HzCodec
 from talker.models.frontend import load_tokenizer
 from talker.models.loader import load_talker
 from talker.models.qwen3_tts.config import Qwen3TTSConfig
-from talker.models.qwen3_tts.prompt import assistant_text
 from talker.models.tiny import checkpoint_config, ensure_tiny, export_tiny, sized
 
 
@@ -33,13 +32,15 @@ def test_export_is_deterministic(tmp_path: Path, tiny_dir: Path) -> None:
 
 
 def test_tokenizer_keeps_the_chat_template_layout(tiny_dir: Path, tmp_path: Path) -> None:
-    text = assistant_text("Hello there.")
-    tokens = load_tokenizer(tiny_dir).encode(text, add_special_tokens=False).tokens
-    assert tokens[:3] == ["<|im_start|>", "assistant", "Ċ"]
-    assert tokens[-5:] == ["<|im_end|>", "Ċ", "<|im_start|>", "assistant", "Ċ"]
+    tok = load_tokenizer(tiny_dir)
+    ids = tok.assistant("Hello there.")
+    start, end, role = tok.ids["<|im_start|>"], tok.ids["<|im_end|>"], tuple(tok.plain("assistant\n"))
+    assert tok.tokens("assistant\n") == ["assistant", "Ċ"]
+    assert ids[:3] == (start, *role)
+    assert ids[-5:] == (end, *tok.plain("\n"), start, *role)
     for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):  # the slow path reads the same tokenizer
         shutil.copy(tiny_dir / name, tmp_path / name)
-    assert load_tokenizer(tmp_path).encode(text, add_special_tokens=False).tokens == tokens
+    assert load_tokenizer(tmp_path).assistant("Hello there.") == ids
 
 
 def test_tiny_codec_is_audible(tiny_dir: Path) -> None:
