@@ -37,6 +37,7 @@ class ApiError(Exception):
         self, status: int, message: str, type: ErrorType, param: str | None = None, code: str | None = None,
         retry_after: float | None = None,
     ) -> None:
+        message, param = printable(message), None if param is None else printable(param)
         super().__init__(message)
         self.status = status
         self.detail = ErrorDetail(message=message, type=type.value, param=param, code=code)
@@ -51,6 +52,11 @@ class ApiError(Exception):
     def response(self) -> JSONResponse:
         body = ErrorEnvelope(error=self.detail).model_dump()
         return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+def printable(text: str) -> str:
+    """Text that can be sent: a client's lone surrogate echoed in a message is escaped, not a failed response."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def invalid(message: str, param: str | None = None, code: str | None = None) -> ApiError:

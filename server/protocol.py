@@ -1,16 +1,29 @@
-"""Wire models: the speech request, SSE events, Realtime events and the small listing endpoints."""
+"""Wire models of the HTTP API: the speech request, its SSE events, errors and the small listing endpoints.
+The Realtime protocol's models are in server/realtime_protocol.py."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-MAX_INPUT_CHARS = 4096
+from talker.request import MAX_INPUT_CHARS
+
 MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 
-Text = Annotated[str, StringConstraints(strict=True)]
+
+def _unicode(text: str) -> str:
+    """A lone surrogate (JSON allows "\\ud800") is not a character: it cannot be tokenized, logged or echoed."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("contains a lone surrogate, which is not valid Unicode text") from None
+    return text
+
+
+Text = Annotated[str, StringConstraints(strict=True), AfterValidator(_unicode)]
+Name = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=256), AfterValidator(_unicode)]
 ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 
 
@@ -20,8 +33,11 @@ class StreamFormat(StrEnum):
 
 
 class ResponseStatus(StrEnum):
+    """How a response ended, in OpenAI's words: `incomplete` is cut short by a limit."""
+
     IN_PROGRESS = "in_progress"
     COMPLETED = "completed"
+    INCOMPLETE = "incomplete"
     CANCELLED = "cancelled"
     FAILED = "failed"
 
@@ -31,7 +47,7 @@ class _Strict(BaseModel):
 
 
 class VoiceRef(_Strict):
-    id: Text
+    id: Name
 
 
 class SamplingFields(_Strict):
@@ -47,11 +63,12 @@ class SamplingFields(_Strict):
 class SpeechBody(SamplingFields):
     """`POST /v1/audio/speech`, as in OpenAI's speech API, plus `seed`, `sample_rate` and sampling parameters."""
 
-    model: Text = Field(description="The served model's id, or one of tts-1, tts-1-hd, gpt-4o-mini-tts")
-    input: Text = Field(min_length=1, max_length=MAX_INPUT_CHARS)
-    voice: Text | VoiceRef
+    model: Name = Field(description="The served model's id, or one of tts-1, tts-1-hd, gpt-4o-mini-tts")
+    input: Text = Field(min_length=1, max_length=MAX_INPUT_CHARS,
+                        description=f"At most {MAX_INPUT_CHARS} characters; a long text is spoken in full")
+    voice: Name | VoiceRef
     instructions: Text | None = Field(default=None, max_length=MAX_INPUT_CHARS)
-    language: Text | None = Field(default=None, description="auto (the default) or one of the model's languages")
+    language: Name | None = Field(default=None, description="auto (the default) or one of the model's languages")
     response_format: ResponseFormat = "mp3"
     speed: float = Field(default=1.0, ge=0.25, le=4.0)
     stream_format: Literal["audio", "sse"] = "audio"
@@ -73,20 +90,28 @@ class ErrorEnvelope(BaseModel):
     error: ErrorDetail
 
 
-# Server-sent events of `stream_format=sse` -------------------------------------------------------------
 class SpeechUsage(BaseModel):
-    output_tokens: int = Field(description="Codec frames generated")
-    audio_seconds: float
-    samples: int
+    """OpenAI's token counts, plus what the audio amounts to."""
+
+    input_tokens: int = Field(description="Text tokens of the input and instructions")
+    output_tokens: int = Field(description="Codec frames generated (12.5 per second of audio)")
+    total_tokens: int
+    audio_seconds: float = Field(description="Seconds of audio sent, after speed")
+    samples: int = Field(description="Samples sent, at the output sample rate")
 
 
+# Server-sent events of `stream_format=sse` -------------------------------------------------------------
 class SpeechAudioDelta(BaseModel):
     type: Literal["speech.audio.delta"] = "speech.audio.delta"
     audio: str  # base64 of the response_format bytes
 
 
 class SpeechAudioDone(BaseModel):
+    """The end of the audio. `status` is `incomplete` when a limit cut it short (`status_details.reason`)."""
+
     type: Literal["speech.audio.done"] = "speech.audio.done"
+    status: Literal["completed", "incomplete"] = "completed"
+    status_details: dict[str, Any] | None = None
     usage: SpeechUsage
 
 
@@ -125,140 +150,3 @@ class Health(BaseModel):
     status: str
     model: str
     detail: str | None = None
-
-
-# Realtime ------------------------------------------------------------------------------------------------------
-class SessionConfig(SamplingFields):
-    """The session fields Talkstream uses; other OpenAI session fields are accepted and ignored."""
-
-    model_config = ConfigDict(strict=True, extra="ignore")
-    voice: Text | None = None
-    instructions: Text | None = Field(default=None, max_length=MAX_INPUT_CHARS)
-    language: Text | None = None
-    output_audio_format: Literal["pcm16"] = "pcm16"
-
-
-class _ClientEvent(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
-    event_id: Text | None = None
-
-
-class SessionUpdate(_ClientEvent):
-    type: Literal["session.update"]
-    session: SessionConfig
-
-
-class TextAppend(_ClientEvent):
-    type: Literal["input_text_buffer.append"]
-    text: Text = Field(max_length=MAX_INPUT_CHARS)
-
-
-class TextCommit(_ClientEvent):
-    type: Literal["input_text_buffer.commit"]
-
-
-class TextClear(_ClientEvent):
-    type: Literal["input_text_buffer.clear"]
-
-
-class ContentPart(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
-    type: Literal["input_text", "text"]
-    text: Text
-
-
-class ConversationItem(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
-    type: Literal["message"] = "message"
-    role: Literal["user", "system"] = "user"
-    content: list[ContentPart] = Field(min_length=1)
-
-
-class ItemCreate(_ClientEvent):
-    type: Literal["conversation.item.create"]
-    item: ConversationItem
-
-
-class ResponseOptions(SamplingFields):
-    model_config = ConfigDict(strict=True, extra="ignore")
-    voice: Text | None = None
-    instructions: Text | None = Field(default=None, max_length=MAX_INPUT_CHARS)
-
-
-class ResponseCreate(_ClientEvent):
-    type: Literal["response.create"]
-    response: ResponseOptions = Field(default_factory=lambda: ResponseOptions())
-
-
-class ResponseCancel(_ClientEvent):
-    type: Literal["response.cancel"]
-    response_id: Text | None = None
-
-
-ClientEvent = Annotated[
-    SessionUpdate | TextAppend | TextCommit | TextClear | ItemCreate | ResponseCreate | ResponseCancel,
-    Field(discriminator="type"),
-]
-
-
-class ClientEventAdapter(BaseModel):
-    event: ClientEvent
-
-
-class RealtimeSession(SessionConfig):
-    model_config = ConfigDict(extra="forbid")
-    id: str
-    object: Literal["realtime.session"] = "realtime.session"
-    model: str
-    sample_rate: int = 24000
-
-
-class RealtimeResponse(BaseModel):
-    id: str
-    object: Literal["realtime.response"] = "realtime.response"
-    status: ResponseStatus
-    status_details: dict[str, Any] | None = None
-    usage: SpeechUsage | None = None
-
-
-class _ServerEvent(BaseModel):
-    event_id: str
-
-
-class SessionEvent(_ServerEvent):
-    type: Literal["session.created", "session.updated"]
-    session: RealtimeSession
-
-
-class ResponseEvent(_ServerEvent):
-    type: Literal["response.created", "response.done"]
-    response: RealtimeResponse
-
-
-class AudioDelta(_ServerEvent):
-    type: Literal["response.output_audio.delta"] = "response.output_audio.delta"
-    response_id: str
-    item_id: str
-    output_index: int = 0
-    content_index: int = 0
-    delta: str  # base64 of s16le mono PCM at the session's sample rate
-
-
-class AudioDone(_ServerEvent):
-    type: Literal["response.output_audio.done"] = "response.output_audio.done"
-    response_id: str
-    item_id: str
-    output_index: int = 0
-    content_index: int = 0
-
-
-class RealtimeErrorDetail(ErrorDetail):
-    event_id: str | None = None  # the client event it answers
-
-
-class ErrorEvent(_ServerEvent):
-    type: Literal["error"] = "error"
-    error: RealtimeErrorDetail
-
-
-ServerEvent = SessionEvent | ResponseEvent | AudioDelta | AudioDone | ErrorEvent

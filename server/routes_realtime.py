@@ -1,53 +1,54 @@
 """`WS /v1/realtime`: the text-to-speech subset of OpenAI's Realtime protocol.
 
 One response at a time per socket; responses run in sequence. Errors are `error` events and never end the
-session; a disconnect cancels the response in flight. On shutdown (server/drain.py) new sessions are refused with
-503, idle ones are closed with 1012 and busy ones once their response is done (or cut at the shutdown timeout).
-A client that stops reading has its connection aborted once a send outlasts `reader_timeout_s`.
+session, whatever a client sends: bad JSON, deep nesting, huge numbers, lone surrogates, unknown events. A
+disconnect cancels the response in flight. On shutdown (server/drain.py) new sessions are refused with 503, idle
+ones are closed with 1012 and busy ones once their response is done (or cut at the shutdown timeout). A client that
+stops reading has its connection aborted once a send outlasts `reader_timeout_s`. A plain HTTP GET gets 426.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import itertools
 import json
 import logging
 import uuid
 from typing import Any
 
-from fastapi import APIRouter, WebSocket
+from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import JSONResponse
 from pydantic import TypeAdapter, ValidationError
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from output_builder.streams import AudioStream
+from output_builder.encoders import AudioFormat
 from server import errors
 from server.http_protocol import abort_of
-from server.protocol import (
-    AudioDelta,
-    AudioDone,
+from server.protocol import ResponseStatus
+from server.realtime_protocol import (
+    AudioOut,
+    AudioSection,
     ClientEvent,
+    ContentOut,
+    ConversationItemEvent,
     ErrorEvent,
     ItemCreate,
+    MessageItem,
+    OutputOptions,
     RealtimeErrorDetail,
-    RealtimeResponse,
     RealtimeSession,
     ResponseCancel,
     ResponseCreate,
-    ResponseEvent,
-    ResponseOptions,
-    ResponseStatus,
     ServerEvent,
-    SessionConfig,
     SessionEvent,
     SessionUpdate,
-    SpeechUsage,
     TextAppend,
     TextClear,
     TextCommit,
 )
+from server.realtime_response import ActiveResponse, failed, outcome
 from server.state import ServerState, authorize, server_state
+from server.transcode import AsyncTranscoder, Transcoder
 from talker.request import FinishReason, SpeechRequest
 
 log = logging.getLogger("talkstream.realtime")
@@ -76,6 +77,15 @@ async def realtime(ws: WebSocket) -> None:
     await Session(ws, state).run()
 
 
+@router.get("/realtime", include_in_schema=False)
+async def realtime_over_http(_: Request) -> JSONResponse:
+    err = errors.ApiError(426, "/v1/realtime is a WebSocket endpoint: connect with a WebSocket client",
+                          errors.ErrorType.INVALID_REQUEST, code="upgrade_required")
+    response = err.response()
+    response.headers.update({"Upgrade": "websocket", "Connection": "Upgrade"})
+    return response
+
+
 async def deny(ws: WebSocket, err: errors.ApiError, close_code: int = 1008) -> None:
     """An HTTP error instead of the upgrade where the server supports it, else a close (policy violation)."""
     if "websocket.http.response" in ws.scope.get("extensions", {}):
@@ -85,21 +95,15 @@ async def deny(ws: WebSocket, err: errors.ApiError, close_code: int = 1008) -> N
         await ws.close(code=close_code, reason=err.detail.message[:120])
 
 
-class ActiveResponse:
-    def __init__(self, stream: AudioStream) -> None:
-        self.id = f"resp_{uuid.uuid4().hex[:20]}"
-        self.item_id = f"item_{uuid.uuid4().hex[:20]}"
-        self.stream = stream
-        self.task: asyncio.Task[None] | None = None
-
-
 class Session:
     def __init__(self, ws: WebSocket, state: ServerState) -> None:
         self.ws, self.state = ws, state
         self.id = f"sess_{uuid.uuid4().hex[:20]}"
-        self.config = SessionConfig()
+        self.conversation_id = f"conv_{uuid.uuid4().hex[:20]}"
+        self.settings: dict[str, Any] = {}  # OutputOptions.settings() of every session.update, merged
         self.text_buffer: list[str] = []
         self.pending_items: list[str] = []
+        self.last_item_id: str | None = None
         self.active: ActiveResponse | None = None
         self._event_ids = itertools.count(1)
         self.responses = 0
@@ -128,12 +132,18 @@ class Session:
     async def send(self, event: ServerEvent) -> bool:
         if self.ws.client_state is not WebSocketState.CONNECTED or self._closing:
             return False
+        try:
+            text = event.model_dump_json(exclude_none=True)
+        except ValueError:  # text that cannot be encoded (validation keeps it out; this keeps the session alive)
+            log.exception("realtime session %s: an event could not be encoded", self.id)
+            text = ErrorEvent(event_id=self._eid(), error=RealtimeErrorDetail(
+                message="internal error: an event could not be encoded", type="server_error",
+                code="internal_error")).model_dump_json(exclude_none=True)
         async with self._send_lock:
             if self._stalled:
                 return False
             try:
-                await asyncio.wait_for(self.ws.send_text(event.model_dump_json(exclude_none=True)),
-                                       self.state.engine.config.reader_timeout_s)
+                await asyncio.wait_for(self.ws.send_text(text), self.state.engine.config.reader_timeout_s)
             except TimeoutError:  # the peer stopped reading: free the engine side, then the connection itself
                 log.warning("realtime session %s: the client stopped reading; dropping it", self.id)
                 self._stalled = True
@@ -145,6 +155,10 @@ class Session:
                 log.debug("realtime send failed: %r", exc)
                 return False
         return True
+
+    async def send_all(self, events: list[ServerEvent]) -> None:
+        for event in events:
+            await self.send(event)
 
     async def error(self, err: errors.ApiError, event_id: str | None = None) -> None:
         self.state.metrics.error(err.detail.type, err.detail.code)
@@ -192,18 +206,24 @@ class Session:
             if active.task is not None:
                 active.task.cancel()
                 await asyncio.gather(active.task, return_exceptions=True)
-            await self._done(active, ResponseStatus.FAILED, {"type": "failed", "error": err.detail.model_dump()})
+            await self._done(active, ResponseStatus.FAILED, failed(err.detail.model_dump()))
         await self.close()
 
     def _eid(self) -> str:
         return f"event_{next(self._event_ids)}"
 
     def _session(self) -> RealtimeSession:
-        return RealtimeSession(**self.config.model_dump(), id=self.id, model=self.state.engine.model_id,
-                               sample_rate=self.state.engine.sample_rate)
+        s, engine = self.settings, self.state.engine
+        audio = AudioSection(output=AudioOut(voice=s.get("voice"), speed=s.get("speed", 1.0)))
+        sampling = {k: s[k] for k in ("seed", "temperature", "top_k", "top_p", "repetition_penalty") if k in s}
+        return RealtimeSession(id=self.id, model=engine.model_id, instructions=s.get("instructions"),
+                               max_output_tokens=s.get("max_output_tokens", "inf"), audio=audio,
+                               language=s.get("language"), voice=s.get("voice"), sample_rate=engine.sample_rate,
+                               **sampling)
 
     # Client events ------------------------------------------------------------------------------------
     async def handle(self, text: str | None) -> None:
+        """One client event. Whatever it holds, the answer is at most an `error` event."""
         if text is None:
             await self.error(errors.invalid("binary frames are not supported; send JSON text events",
                                             code="invalid_event"))
@@ -213,24 +233,42 @@ class Session:
                                             code="event_too_large"))
             return
         try:
-            event = _events.validate_python(json.loads(text))
-        except json.JSONDecodeError as exc:
-            await self.error(errors.invalid(f"the event is not valid JSON: {exc}", code="invalid_json"))
+            data = json.loads(text)
+        except RecursionError:
+            await self.error(errors.invalid("the event is nested too deeply", code="invalid_json"))
             return
+        except ValueError as exc:  # not JSON, or a number past Python's 4,300-digit limit
+            await self.error(errors.invalid(f"the event is not valid JSON: {str(exc)[:200]}", code="invalid_json"))
+            return
+        event_id = data.get("event_id") if isinstance(data, dict) else None
+        event_id = event_id if isinstance(event_id, str) and len(event_id) <= 256 else None
+        try:
+            event = _events.validate_python(data)
         except ValidationError as exc:
-            await self.error(event_error(exc), _event_id_of(text))
+            await self.error(event_error(exc), _printable(event_id))
+            return
+        except RecursionError:
+            await self.error(errors.invalid("the event is nested too deeply", code="invalid_event"), None)
             return
         try:
             await self.dispatch(event)
         except errors.ApiError as err:
             await self.error(err, event.event_id)
+        except Exception:
+            log.exception("realtime session %s: event %s failed", self.id, event.type)
+            await self.error(errors.ApiError(500, "internal error while handling the event",
+                                             errors.ErrorType.SERVER, code="internal_error"), event.event_id)
 
     async def dispatch(self, event: ClientEvent) -> None:
         match event:
             case SessionUpdate():
-                self._check_voice(event.session.voice, "session.voice")
-                self.config = self.config.model_copy(update=event.session.model_dump(exclude_unset=True))
+                settings = event.session.settings()
+                self._check_voice(settings.get("voice"), "session.voice")
+                if event.session.model is not None:
+                    self.state.check_model(event.session.model)
+                self.settings.update(settings)
                 await self.send(SessionEvent(type="session.updated", event_id=self._eid(), session=self._session()))
+                await self._report_unsupported(event.session, "session", event.event_id)
             case TextAppend():
                 self._check_room(self.text_buffer, event.text)
                 self.text_buffer.append(event.text)
@@ -241,22 +279,45 @@ class Session:
                 text = "".join(self.text_buffer)
                 if not text.strip():
                     raise errors.invalid("the input text buffer is empty", code="input_text_buffer_empty")
-                await self.respond(text, ResponseOptions())
+                await self.respond(text, OutputOptions())
                 self.text_buffer.clear()
             case ItemCreate():
-                text = " ".join(part.text for part in event.item.content)
-                self._check_room(self.pending_items, text)
-                self.pending_items.append(text)
+                await self.add_item(event)
             case ResponseCreate():
-                self._require_idle()
-                text = " ".join(self.pending_items)
-                if not text.strip():
-                    raise errors.invalid("no input: send conversation.item.create with input_text first",
-                                         code="no_input")
-                await self.respond(text, event.response)
-                self.pending_items.clear()
+                await self.create_response(event)
             case ResponseCancel():
                 self.cancel(event.response_id)
+
+    async def add_item(self, event: ItemCreate) -> None:
+        text = " ".join(part.text for part in event.item.content)
+        self._check_room(self.pending_items, text)
+        self.pending_items.append(text)
+        item = MessageItem(id=event.item.id or f"item_{uuid.uuid4().hex[:20]}", role=event.item.role,
+                           status="completed", content=[ContentOut(type="input_text", text=text)])
+        previous, self.last_item_id = event.previous_item_id or self.last_item_id, item.id
+        for kind in ("conversation.item.added", "conversation.item.done"):
+            await self.send(ConversationItemEvent(type=kind, event_id=self._eid(), item=item,
+                                                  previous_item_id=previous))
+
+    async def create_response(self, event: ResponseCreate) -> None:
+        self._require_idle()
+        unsupported = event.response.unsupported()
+        if "input" in unsupported:  # out-of-band input would make it speak something other than was asked
+            raise errors.invalid("response.input is not supported: add the text with conversation.item.create",
+                                 "response.input", "unsupported_field")
+        text = " ".join(self.pending_items)
+        if not text.strip():
+            raise errors.invalid("no input: send conversation.item.create with input_text first", code="no_input")
+        await self.respond(text, event.response)
+        self.pending_items.clear()
+        await self._report_unsupported(event.response, "response", event.event_id)
+
+    async def _report_unsupported(self, options: OutputOptions, where: str, event_id: str | None) -> None:
+        if fields := options.unsupported():
+            names = ", ".join(f"{where}.{f}" for f in fields)
+            await self.error(errors.invalid(f"{names}: not supported by this text-to-speech server; "
+                                            "ignored (everything else was applied)", f"{where}.{fields[0]}",
+                                            "unsupported_field"), event_id)
 
     def _check_voice(self, voice: str | None, param: str) -> None:
         voices = self.state.engine.voices
@@ -282,23 +343,30 @@ class Session:
         active.stream.cancel()
 
     # Responses ----------------------------------------------------------------------------------------------
-    async def respond(self, text: str, options: ResponseOptions) -> None:
-        self._check_voice(options.voice, "response.voice")
+    async def respond(self, text: str, options: OutputOptions) -> None:
+        s = {**self.settings, **options.settings()}
+        self._check_voice(s.get("voice"), "response.voice")
         if self.responses >= MAX_RESPONSES_PER_SESSION:
             raise errors.invalid(f"a session may create at most {MAX_RESPONSES_PER_SESSION} responses; open a new one",
                                  code="session_response_limit")
-        cfg = self.config.model_copy(update=options.model_dump(exclude_none=True))
-        request = SpeechRequest(text=text, voice=cfg.voice, language=cfg.language, instructions=cfg.instructions,
-                                seed=cfg.seed, temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
-                                repetition_penalty=cfg.repetition_penalty)
+        limit = s.get("max_output_tokens", "inf")
+        request = SpeechRequest(text=text, voice=s.get("voice"), language=s.get("language"),
+                                instructions=s.get("instructions"), seed=s.get("seed"),
+                                temperature=s.get("temperature"), top_k=s.get("top_k"), top_p=s.get("top_p"),
+                                repetition_penalty=s.get("repetition_penalty"),
+                                max_frames=None if limit == "inf" else limit)
+        engine, speed = self.state.engine, s.get("speed", 1.0)
+        transcoder = Transcoder(AudioFormat.PCM, engine.sample_rate, None, speed)
         try:
-            stream = self.state.engine.submit(request)
+            stream = engine.submit(request)
         except Exception as exc:
+            transcoder.close()
             raise errors.from_exception(exc) from exc
         self.responses += 1
-        self.active = active = ActiveResponse(stream)
-        created = RealtimeResponse(id=active.id, status=ResponseStatus.IN_PROGRESS)
-        await self.send(ResponseEvent(type="response.created", event_id=self._eid(), response=created))
+        self.active = active = ActiveResponse(stream, AsyncTranscoder(transcoder, self.state.executor), text,
+                                              s.get("voice"), speed, limit, self.conversation_id, self.last_item_id)
+        self.last_item_id = active.item_id
+        await self.send_all(active.opening(self._eid))
         active.task = asyncio.create_task(self._stream(active), name=f"realtime-{active.id}")
         open_responses = self.state.metrics.open_responses.labels(PROTOCOL)
         open_responses.inc()
@@ -312,12 +380,11 @@ class Session:
                 if first:
                     self.state.metrics.first_audio(PROTOCOL, stream.time_to_first_audio)
                     first = False
-                delta = base64.b64encode(pcm.astype("<i2", copy=False).tobytes()).decode()
-                await self.send(AudioDelta(event_id=self._eid(), response_id=active.id, item_id=active.item_id,
-                                           delta=delta))
-            await self.send(AudioDone(event_id=self._eid(), response_id=active.id, item_id=active.item_id))
-            cancelled = stream.finish_reason is FinishReason.CANCELLED
-            await self._done(active, ResponseStatus.CANCELLED if cancelled else ResponseStatus.COMPLETED)
+                if data := await active.out.encode(pcm):
+                    await self.send(active.delta(self._eid, data))
+            if stream.finish_reason is not FinishReason.CANCELLED and (tail := await active.out.flush()):
+                await self.send(active.delta(self._eid, tail))
+            await self._done(active, *outcome(stream.finish_reason))
         except asyncio.CancelledError:
             stream.cancel()
             raise
@@ -326,21 +393,17 @@ class Session:
             log.warning("realtime response %s failed: %s", active.id, exc)
             self.state.metrics.error(err.detail.type, err.detail.code)
             stream.cancel()
-            await self._done(active, ResponseStatus.FAILED, {"type": "failed", "error": err.detail.model_dump()})
+            await self._done(active, ResponseStatus.FAILED, failed(err.detail.model_dump()))
         finally:
+            active.out.close()
             if self.active is active:
                 self.active = None
-            reason = stream.finish_reason or FinishReason.CANCELLED
-            self.state.metrics.finished(PROTOCOL, reason.value, stream.usage.audio_seconds)
+            reason = stream.finish_reason.value if stream.finish_reason else "cancelled"
+            self.state.metrics.finished(PROTOCOL, reason, stream.usage.audio_seconds)
 
-    async def _done(
-        self, active: ActiveResponse, status: ResponseStatus, details: dict[str, Any] | None = None,
-    ) -> None:
-        u = active.stream.usage
-        usage = SpeechUsage(output_tokens=u.frames, audio_seconds=round(u.audio_seconds, 4), samples=u.samples)
-        response = RealtimeResponse(id=active.id, status=status, status_details=details, usage=usage)
+    async def _done(self, active: ActiveResponse, status: ResponseStatus, details: dict[str, Any] | None) -> None:
         self.active = None
-        await self.send(ResponseEvent(type="response.done", event_id=self._eid(), response=response))
+        await self.send_all(active.closing(self._eid, status, details))
         if self.state.draining:
             await self.close()
 
@@ -358,14 +421,12 @@ def event_error(exc: ValidationError) -> errors.ApiError:
     first = exc.errors()[0]
     kind, loc = first["type"], [str(p) for p in first["loc"]]
     if kind in ("union_tag_invalid", "union_tag_not_found"):
-        return errors.invalid(f"unknown or missing event type: {first['msg']}", "type", "unknown_event")
+        return errors.invalid("unknown or missing event type: send one of the documented client events",
+                              "type", "unknown_event")
     param = ".".join(loc[1:]) or None
-    return errors.invalid(f"{param or 'event'}: {first['msg']}", param, "invalid_event")
+    return errors.invalid(f"{param or 'event'}: {first['msg']}", _printable(param), "invalid_event")
 
 
-def _event_id_of(text: str) -> str | None:
-    try:
-        value = json.loads(text).get("event_id")
-    except (ValueError, AttributeError):
-        return None
-    return value if isinstance(value, str) else None
+def _printable(text: str | None) -> str | None:
+    """A client's string echoed back, with anything that is not valid Unicode escaped."""
+    return None if text is None else text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -102,7 +102,7 @@ class Speech:
     state: ServerState
     stream: AudioStream
     out: AsyncTranscoder
-    speed: float
+    rate: int  # the output sample rate
     closed: bool = field(default=False, init=False)
     cut_error: errors.ApiError | None = field(default=None, init=False)
 
@@ -141,9 +141,16 @@ class Speech:
             yield tail
 
     def usage(self) -> SpeechUsage:
-        u = self.stream.usage
-        return SpeechUsage(output_tokens=u.frames, audio_seconds=round(u.audio_seconds / self.speed, 4),
-                           samples=u.samples)
+        u, samples = self.stream.usage, self.out.samples
+        return SpeechUsage(input_tokens=u.input_tokens, output_tokens=u.frames, total_tokens=u.input_tokens + u.frames,
+                           audio_seconds=round(samples / self.rate, 4), samples=samples)
+
+    def done(self) -> SpeechAudioDone:
+        """The SSE stream's last event. A response cut by a limit is `incomplete` (as Realtime says it)."""
+        if self.stream.finish_reason is FinishReason.MAX_FRAMES:
+            return SpeechAudioDone(status="incomplete", status_details={"type": "incomplete",
+                                   "reason": "max_output_tokens"}, usage=self.usage())
+        return SpeechAudioDone(usage=self.usage())
 
     def cancel(self) -> None:
         self.stream.cancel()
@@ -175,6 +182,7 @@ async def create_speech(body: SpeechBody, request: Request) -> Response:
     fmt = AudioFormat(body.response_format)
     req = speech_request(state, body, fmt)
     transcoder = Transcoder(fmt, state.engine.sample_rate, body.sample_rate, body.speed)
+    rate = resolve_output_rate(fmt, state.engine.sample_rate, body.sample_rate)
     try:
         stream = state.engine.submit(req)
     except BaseException:
@@ -182,7 +190,7 @@ async def create_speech(body: SpeechBody, request: Request) -> Response:
         raise
     if state.log_input:
         log.info("speech %s input: %r", req.request_id, body.input)
-    speech = Speech(state, stream, AsyncTranscoder(transcoder, state.executor), body.speed)
+    speech = Speech(state, stream, AsyncTranscoder(transcoder, state.executor), rate)
     try:
         first = await first_chunk(stream, request)
         if speech.cut_error is not None:  # cut by the shutdown before any audio: a plain 503
@@ -242,7 +250,8 @@ async def first_chunk(stream: AudioStream, request: Request) -> np.ndarray | Non
 
 async def audio_body(speech: Speech, first: np.ndarray | None) -> AsyncGenerator[bytes | str, None]:
     """Chunked audio. A failure mid-stream aborts the connection (no final chunk), so clients see a truncated
-    transfer rather than a short file that looks complete."""
+    transfer rather than a short file that looks complete. A plain audio stream has no place for a status: one
+    that a limit cut short (see `Speech.done`) ends normally; the SSE and Realtime protocols say it."""
     try:
         async for data in speech.encoded(first):
             yield data
@@ -260,7 +269,7 @@ async def sse_body(speech: Speech, first: np.ndarray | None) -> AsyncGenerator[b
     try:
         async for data in speech.encoded(first):
             yield sse(SpeechAudioDelta(audio=base64.b64encode(data).decode()).model_dump_json())
-        yield sse(SpeechAudioDone(usage=speech.usage()).model_dump_json())
+        yield sse(speech.done().model_dump_json(exclude_none=True))
     except (asyncio.CancelledError, GeneratorExit):
         speech.cancel()
         raise

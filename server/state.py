@@ -70,8 +70,9 @@ class ServerState:
 
     def check_model(self, model: str) -> None:
         if model not in self.served_models() and not model.startswith("gpt-4o-mini-tts-"):
-            raise errors.invalid(f"unknown model '{model}'; this server serves {self.served_models()}",
-                                 "model", "model_not_found")
+            raise errors.ApiError(404, f"the model '{model}' does not exist here; this server serves "
+                                  f"{', '.join(self.served_models())}", errors.ErrorType.INVALID_REQUEST, "model",
+                                  "model_not_found")
 
 
 def state_of(app: FastAPI) -> ServerState:

@@ -1,4 +1,5 @@
-"""Per-response audio output: optional tempo change (FFmpeg atempo, pitch kept) then one streaming encoder.
+"""Per-response audio output: optional tempo change (FFmpeg atempo, pitch kept), optional resampling, then one
+streaming encoder at the output rate, which therefore sees every sample the response sends (`samples`).
 
 `Transcoder` is stateful and not thread-safe by itself; a lock serialises its calls, so work can run on an
 executor while a cancelled handler closes it from the event loop without racing an in-flight encode.
@@ -15,9 +16,12 @@ import av
 import numpy as np
 from av.audio.frame import AudioFrame
 
-from output_builder.encoders import AudioFormat, Encoder, make_encoder
+from output_builder.encoders import AudioFormat, Encoder, make_encoder, resolve_output_rate
+from output_builder.encoders_av import PcmResampler
 
 ATEMPO_MIN, ATEMPO_MAX = 0.5, 2.0  # per atempo instance; wider factors chain several
+FLUSH_PAD_S = 0.2  # silence pushed through atempo at the end, so its window lets the last real samples out
+TAIL_SLACK_S = 0.005  # atempo's output overshoots its ideal length by a few ms at most; more is padding
 
 
 def atempo_chain(speed: float) -> list[float]:
@@ -33,11 +37,15 @@ def atempo_chain(speed: float) -> list[float]:
 
 
 class Tempo:
-    """Streaming s16 mono time stretch: abuffer → atempo… → aformat → abuffersink."""
+    """Streaming s16 mono time stretch: abuffer → atempo… → aformat → abuffersink.
+
+    atempo keeps a window of input back; at the end it lets out only part of it (at speed 0.25 about 50 ms of a
+    2 s input went missing). `drain` pushes silence through first, then trims the output to the stretched
+    length of the input, so the last real samples come out and the length is right."""
 
     def __init__(self, speed: float, rate: int) -> None:
-        self._rate = rate
-        self._pts = 0
+        self._rate, self._speed = rate, speed
+        self._pts = self._out = 0
         graph = av.filter.Graph()
         nodes = [graph.add_abuffer(format="s16", sample_rate=rate, layout="mono", time_base=Fraction(1, rate))]
         nodes += [graph.add("atempo", f"{factor:.6f}") for factor in atempo_chain(speed)]
@@ -49,19 +57,27 @@ class Tempo:
     def process(self, pcm: np.ndarray) -> np.ndarray:
         if self._graph is None or pcm.size == 0:
             return np.zeros(0, dtype=np.int16)
-        frame = AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate, frame.time_base, frame.pts = self._rate, Fraction(1, self._rate), self._pts
-        self._pts += pcm.size
-        self._graph.push(frame)
-        return self._pull()
+        self._push(pcm)
+        out = self._pull()
+        self._out += out.size
+        return out
 
     def drain(self) -> np.ndarray:
         if self._graph is None:
             return np.zeros(0, dtype=np.int16)
+        stretched = round(self._pts / self._speed) + round(TAIL_SLACK_S * self._rate)
+        self._push(np.zeros(round(FLUSH_PAD_S * self._rate), dtype=np.int16))
         self._graph.push(None)
-        out = self._pull()
+        out = self._pull()[: max(0, stretched - self._out)]
         self._graph = None
         return out
+
+    def _push(self, pcm: np.ndarray) -> None:
+        assert self._graph is not None
+        frame = AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate, frame.time_base, frame.pts = self._rate, Fraction(1, self._rate), self._pts
+        self._pts += pcm.size
+        self._graph.push(frame)
 
     def _pull(self) -> np.ndarray:
         assert self._graph is not None
@@ -83,10 +99,13 @@ class Transcoder:
 
     def __init__(self, fmt: AudioFormat, input_rate: int, output_rate: int | None, speed: float) -> None:
         self.format = fmt
+        self.samples = 0  # at the output rate, after speed: what the client gets
         self._lock = threading.Lock()
+        rate = resolve_output_rate(fmt, input_rate, output_rate)
         self._tempo = Tempo(speed, input_rate) if speed != 1.0 else None
+        self._resampler = PcmResampler(input_rate, rate) if rate != input_rate else None
         try:
-            self._encoder: Encoder | None = make_encoder(fmt, input_rate, output_rate)
+            self._encoder: Encoder | None = make_encoder(fmt, rate, rate)
         except BaseException:
             self.close()
             raise
@@ -102,23 +121,30 @@ class Transcoder:
                 return b""
             if self._tempo is not None:
                 pcm = self._tempo.process(pcm)
-            return self._encoder.encode(pcm) if pcm.size else b""
+            if self._resampler is not None and pcm.size:
+                pcm = self._resampler.process(pcm)
+            return self._encode(pcm)
 
     def flush(self) -> bytes:
         with self._lock:
             if self._encoder is None:
                 return b""
-            tail = b""
-            if self._tempo is not None:
-                rest = self._tempo.drain()
-                tail = self._encoder.encode(rest) if rest.size else b""
-            return tail + self._encoder.flush()
+            tail = self._tempo.drain() if self._tempo is not None else np.zeros(0, dtype=np.int16)
+            if self._resampler is not None:
+                tail = np.concatenate([self._resampler.process(tail), self._resampler.drain()])
+            return self._encode(tail) + self._encoder.flush()
+
+    def _encode(self, pcm: np.ndarray) -> bytes:
+        assert self._encoder is not None
+        self.samples += pcm.size
+        return self._encoder.encode(pcm) if pcm.size else b""
 
     def close(self) -> None:
         with self._lock:
             encoder, self._encoder = getattr(self, "_encoder", None), None
-            if self._tempo is not None:
-                self._tempo.close()
+            for part in (getattr(self, "_tempo", None), getattr(self, "_resampler", None)):
+                if part is not None:
+                    part.close()
             if encoder is not None:
                 encoder.close()
 
@@ -139,6 +165,10 @@ class AsyncTranscoder:
         if not self._t.offload:
             return self._t.flush()
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._t.flush)
+
+    @property
+    def samples(self) -> int:
+        return self._t.samples
 
     def close(self) -> None:
         """Never blocks the loop: an in-flight encode finishes first on its thread, then the encoder closes."""

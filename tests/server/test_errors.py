@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +35,9 @@ CASES: list[tuple[str, Any, str | None]] = [
     ("unknown voice", with_(voice="nobody"), "voice"),
     ("unknown voice id", with_(voice={"id": "nobody"}), "voice"),
     ("voice wrong type", with_(voice=["alloy"]), "voice"),
-    ("unknown model", with_(model="tts-9"), "model"),
+    ("empty voice", with_(voice=""), "voice"),
+    ("empty voice id", with_(voice={"id": ""}), "voice"),
+    ("empty model", with_(model=""), "model"),
     ("unknown format", with_(response_format="ogg"), "response_format"),
     ("unknown stream format", with_(stream_format="ws"), "stream_format"),
     ("speed too low", with_(speed=0.1), "speed"),
@@ -68,6 +71,32 @@ def assert_envelope(resp: httpx.Response, status: int, param: str | None = None)
 def test_bad_request(client: httpx.Client, name: str, payload: Any, param: str | None) -> None:
     err = assert_envelope(client.post("/v1/audio/speech", json=payload), 400, param)
     assert err["type"] == "invalid_request_error"
+
+
+def test_an_unknown_model_is_404_as_at_openai(client: httpx.Client) -> None:
+    err = assert_envelope(client.post("/v1/audio/speech", json=with_(model="tts-9")), 404, "model")
+    assert err["code"] == "model_not_found" and "tiny" in err["message"]
+
+
+SURROGATE = chr(0xD800)  # a lone surrogate: JSON can carry it (as \ud800), but it is no character
+
+
+@pytest.mark.parametrize("field", ["input", "voice", "voice.id", "model", "language", "instructions"])
+def test_a_lone_surrogate_is_a_400_never_a_500(client: httpx.Client, field: str) -> None:
+    body = {**GOOD, "voice": {"id": "alloy"}} if field == "voice.id" else dict(GOOD)
+    target = body["voice"] if field == "voice.id" else body
+    key = "id" if field == "voice.id" else field
+    target[key] = f"x{SURROGATE}y"  # type: ignore[index]
+    raw = json.dumps(body).encode()  # ASCII JSON, the surrogate as an escape
+    resp = client.post("/v1/audio/speech", content=raw, headers={"content-type": "application/json"})
+    err = assert_envelope(resp, 400, field.split(".")[0])
+    assert err["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("raw", [b"[" * 3000 + b"]" * 3000, b'{"model": "tts-1", "speed": ' + b"9" * 5000 + b"}"])
+def test_hostile_json_is_a_400(client: httpx.Client, raw: bytes) -> None:
+    resp = client.post("/v1/audio/speech", content=raw, headers={"content-type": "application/json"})
+    assert_envelope(resp, 400)
 
 
 @pytest.mark.parametrize("raw", [b"{not json", b"", b"{\"model\": \"tts-1\",}"])

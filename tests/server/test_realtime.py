@@ -5,10 +5,12 @@ from __future__ import annotations
 import base64
 import json
 import time
+import typing
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from openai.types.realtime.realtime_server_event import RealtimeServerEvent
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
@@ -33,8 +35,25 @@ def send(conn: ClientConnection, kind: str, **fields: Any) -> None:
     conn.send(json.dumps({"type": kind, **fields}))
 
 
+def _sdk_models() -> dict[str, Any]:
+    """The official SDK's model of each server event type (`openai.types.realtime`)."""
+    union = typing.get_args(typing.get_args(RealtimeServerEvent)[0])
+    return {typing.get_args(m.model_fields["type"].annotation)[0]: m for m in union}
+
+
+SDK_EVENTS = _sdk_models()
+
+
+def conforms(event: dict[str, Any]) -> None:
+    """Every server event parses as the official SDK's model of its type, with every field it requires."""
+    model = SDK_EVENTS.get(event["type"])
+    assert model is not None, f"not an OpenAI Realtime server event: {event['type']}"
+    model.model_validate(event, strict=False)
+
+
 def recv(conn: ClientConnection, timeout: float = 30) -> dict[str, Any]:
     event: dict[str, Any] = json.loads(conn.recv(timeout=timeout))
+    conforms(event)
     return event
 
 
@@ -50,16 +69,39 @@ def until_done(conn: ClientConnection) -> tuple[list[dict[str, Any]], bytes]:
     return events, audio
 
 
-def assert_completed(events: list[dict[str, Any]], audio: bytes) -> str:
-    kinds = [e["type"] for e in events]
-    assert kinds[0] == "response.created" and kinds[-2:] == ["response.output_audio.done", "response.done"]
-    assert set(kinds[1:-2]) == {"response.output_audio.delta"}
-    rid = events[0]["response"]["id"]
-    assert all(e.get("response_id", rid) == rid for e in events[1:-1])
+OPENING = ["response.created", "response.output_item.added", "conversation.item.added", "response.content_part.added"]
+CLOSING = ["response.output_audio.done", "response.output_audio_transcript.done", "response.content_part.done",
+           "response.output_item.done", "conversation.item.done", "response.done"]
+
+
+def assert_sequence(events: list[dict[str, Any]], status: str) -> dict[str, Any]:
+    """OpenAI's GA event sequence of one response: every item id is announced before a delta names it."""
+    kinds = [e["type"] for e in events if e["type"] != "error"]
+    assert kinds[:4] == OPENING and kinds[-6:] == CLOSING, kinds
+    assert set(kinds[4:-6]) <= {"response.output_audio.delta"}
+    rid, item = events[0]["response"]["id"], events[1]["item"]["id"]
+    assert all(e.get("response_id", rid) == rid and e.get("item_id", item) == item for e in events)
+    assert {e["item"]["id"] for e in events if "item" in e} == {item}
     done = events[-1]["response"]
-    assert done["id"] == rid and done["status"] == "completed"
+    assert done["id"] == rid and done["status"] == status and done["output"][0]["id"] == item
+    usage = done["usage"]
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"] and usage["input_tokens"] > 0
+    return dict(done)
+
+
+def first_delta(conn: ClientConnection) -> dict[str, Any]:
+    """The opening events of a response, then its first audio delta."""
+    assert [recv(conn)["type"] for _ in OPENING] == OPENING
+    event = recv(conn)
+    assert event["type"] == "response.output_audio.delta"
+    return event
+
+
+def assert_completed(events: list[dict[str, Any]], audio: bytes) -> str:
+    done = assert_sequence(events, "completed")
+    assert "status_details" not in done
     assert len(audio) == 2 * done["usage"]["samples"] > 0
-    return str(rid)
+    return str(done["id"])
 
 
 def test_session_update_and_responses_in_sequence(ws: ClientConnection) -> None:
@@ -75,6 +117,10 @@ def test_session_update_and_responses_in_sequence(ws: ClientConnection) -> None:
 
     item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello there, my friend."}]}
     send(ws, "conversation.item.create", item=item)
+    added, done = recv(ws), recv(ws)
+    assert (added["type"], done["type"]) == ("conversation.item.added", "conversation.item.done")
+    assert added["item"]["id"] == done["item"]["id"]
+    assert added["item"]["content"][0]["text"] == item["content"][0]["text"]
     send(ws, "response.create")
     events, audio = until_done(ws)
     second_id = assert_completed(events, audio)
@@ -91,13 +137,15 @@ def test_session_update_and_responses_in_sequence(ws: ClientConnection) -> None:
 def test_cancel_stops_within_a_step(live: LiveServer, ws: ClientConnection) -> None:
     send(ws, "input_text_buffer.append", text=LONG_TEXT)
     send(ws, "input_text_buffer.commit")
-    assert recv(ws)["type"] == "response.created"
-    assert recv(ws)["type"] == "response.output_audio.delta"
+    first_delta(ws)
     t0 = time.perf_counter()
     send(ws, "response.cancel")
     events, _ = until_done(ws)
     assert time.perf_counter() - t0 < 1.0
-    assert events[-1]["response"]["status"] == "cancelled"
+    assert [e["type"] for e in events][-6:] == CLOSING
+    done = events[-1]["response"]
+    assert done["status"] == "cancelled" and done["output"][0]["status"] == "incomplete"
+    assert done["status_details"] == {"type": "cancelled", "reason": "client_cancelled"}
     assert live.wait_idle(2.0)["slots_in_use"] == 0
     send(ws, "input_text_buffer.append", text="Still here.")
     send(ws, "input_text_buffer.commit")
@@ -133,6 +181,7 @@ def test_bad_events_answer_error_and_keep_the_session(ws: ClientConnection) -> N
     for name, raw in BAD_EVENTS:
         ws.send(raw)
         if name == "unknown voice in response":  # the item is fine; the response's voice is not
+            assert [recv(ws)["type"], recv(ws)["type"]] == ["conversation.item.added", "conversation.item.done"]
             send(ws, "response.create", response={"voice": "nobody"})
         event = recv(ws)
         assert event["type"] == "error", (name, event)
@@ -150,7 +199,7 @@ def test_bad_events_answer_error_and_keep_the_session(ws: ClientConnection) -> N
 def test_second_response_while_active_is_an_error(ws: ClientConnection) -> None:
     send(ws, "input_text_buffer.append", text=LONG_TEXT[:300])
     send(ws, "input_text_buffer.commit")
-    assert recv(ws)["type"] == "response.created"
+    assert [recv(ws)["type"] for _ in OPENING] == OPENING
     send(ws, "input_text_buffer.append", text="More.")
     send(ws, "input_text_buffer.commit")
     events, _ = until_done(ws)
@@ -188,8 +237,7 @@ def test_disconnect_cancels_the_response(live: LiveServer) -> None:
         recv(conn)
         send(conn, "input_text_buffer.append", text=LONG_TEXT)
         send(conn, "input_text_buffer.commit")
-        assert recv(conn)["type"] == "response.created"
-        assert recv(conn)["type"] == "response.output_audio.delta"
+        first_delta(conn)
     stats = live.wait_idle(3.0)
     assert stats["active_requests"] == stats["slots_in_use"] == 0
 
@@ -222,8 +270,7 @@ def test_generation_failure_fails_only_that_response(make_server: Callable[..., 
         recv(conn)
         send(conn, "input_text_buffer.append", text=LONG_TEXT)
         send(conn, "input_text_buffer.commit")
-        assert recv(conn)["type"] == "response.created"
-        assert recv(conn)["type"] == "response.output_audio.delta"
+        first_delta(conn)
         armed["on"] = True
         events, _ = until_done(conn)
         done = events[-1]["response"]
@@ -232,3 +279,58 @@ def test_generation_failure_fails_only_that_response(make_server: Callable[..., 
         send(conn, "input_text_buffer.commit")
         assert_completed(*until_done(conn))
     worker.fault_hook = None
+
+
+HOSTILE: list[tuple[str, str]] = [
+    ("3,000 levels of nesting", '{"type": "session.update", "session": ' + "[" * 3000 + "]" * 3000 + "}"),
+    ("a 5,000-digit integer", '{"type": "session.update", "session": {"seed": ' + "9" * 5000 + "}}"),
+    ("a lone surrogate echoed", '{"type": "session.update", "session": {"voice": "\\ud800"}}'),
+    ("a lone surrogate as the type", '{"type": "\\ud800"}'),
+    ("a lone surrogate as event_id", '{"type": "nope", "event_id": "\\udfff"}'),
+    ("a lone surrogate in text", '{"type": "input_text_buffer.append", "text": "a\\ud800b"}'),
+]
+
+
+def test_hostile_events_get_an_error_and_the_response_in_flight_still_ends(ws: ClientConnection) -> None:
+    """None of these may end the session (they closed it with 1006 before), nor lose the response's done."""
+    send(ws, "input_text_buffer.append", text=LONG_TEXT[:400])
+    send(ws, "input_text_buffer.commit")
+    first_delta(ws)
+    for name, raw in HOSTILE:
+        ws.send(raw)
+        event = recv(ws)
+        while event["type"] == "response.output_audio.delta":
+            event = recv(ws)
+        assert event["type"] == "error" and event["error"]["type"] == "invalid_request_error", (name, event)
+    events, _ = until_done(ws)
+    assert events[-1]["response"]["status"] == "completed"
+    send(ws, "session.update", session={"voice": "alloy"})
+    assert recv(ws)["type"] == "session.updated"
+
+
+def test_the_ga_session_shape_is_applied_and_unsupported_fields_are_reported(ws: ClientConnection) -> None:
+    session = {"type": "realtime", "output_modalities": ["audio"], "instructions": "Calmly.",
+               "audio": {"output": {"voice": "ben", "format": {"type": "audio/pcm", "rate": 24000}}},
+               "tools": [{"type": "function", "name": "f"}], "max_output_tokens": 5}
+    send(ws, "session.update", session=session)
+    updated = recv(ws)["session"]
+    assert updated["type"] == "realtime" and updated["audio"]["output"]["voice"] == updated["voice"] == "ben"
+    assert updated["instructions"] == "Calmly." and updated["max_output_tokens"] == 5
+    report = recv(ws)
+    assert report["type"] == "error" and report["error"]["code"] == "unsupported_field"
+    assert report["error"]["param"] == "session.tools"
+    send(ws, "input_text_buffer.append", text=LONG_TEXT[:200])
+    send(ws, "input_text_buffer.commit")
+    events, audio = until_done(ws)
+    done = assert_sequence(events, "incomplete")  # the client's limit cut it: said, not hidden
+    assert done["status_details"] == {"type": "incomplete", "reason": "max_output_tokens"}
+    assert done["usage"]["output_tokens"] == 5 and done["output"][0]["status"] == "incomplete"
+    assert len(audio) == 2 * 5 * 1920
+
+
+def test_a_non_pcm_format_is_refused_and_a_text_only_session_is_reported(ws: ClientConnection) -> None:
+    send(ws, "session.update", session={"audio": {"output": {"format": {"type": "audio/pcmu"}}}})
+    assert recv(ws)["error"]["code"] == "invalid_event"
+    send(ws, "session.update", session={"output_modalities": ["text"]})
+    assert recv(ws)["type"] == "session.updated"
+    assert recv(ws)["error"]["param"] == "session.output_modalities"

@@ -6,7 +6,7 @@ import asyncio
 import base64
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -170,3 +170,42 @@ async def test_32_concurrent_streams_complete(live: LiveServer) -> None:
     assert all(sizes)
     stats = await asyncio.to_thread(live.wait_idle)
     assert stats["active_requests"] == stats["slots_in_use"] == 0
+
+
+def test_sse_usage_has_openais_token_counts_and_counts_what_was_sent(live: LiveServer) -> None:
+    payload = body(response_format="pcm", stream_format="sse", speed=0.5, sample_rate=16000)
+    events = sse_events(live, payload)
+    sent = b"".join(base64.b64decode(str(e["audio"])) for e in events if e["type"] == "speech.audio.delta")
+    done = events[-1]
+    assert done["type"] == "speech.audio.done" and done["status"] == "completed" and "status_details" not in done
+    usage = done["usage"]
+    assert isinstance(usage, dict)
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"] and usage["input_tokens"] > 0
+    assert usage["samples"] == len(sent) // 2  # after speed and resampling, not the model's 24 kHz samples
+    assert usage["audio_seconds"] == pytest.approx(usage["samples"] / 16000, abs=1e-4)
+
+
+def test_a_long_input_is_spoken_in_full(make_server: Callable[..., LiveServer]) -> None:
+    """A server whose generations hold 48 frames speaks a 900-character text to its end, in one stream."""
+    server = make_server(max_frames=48)
+    text = LONG_TEXT[:900]
+    events = sse_events(server, body(input=text, response_format="pcm", stream_format="sse"))
+    done = events[-1]
+    assert done["status"] == "completed"
+    usage = done["usage"]
+    assert isinstance(usage, dict) and usage["output_tokens"] > 48 * 5
+    assert usage["output_tokens"] >= usage["input_tokens"]  # the tiny model reads one text token per frame
+
+
+def test_a_response_cut_by_a_limit_says_so_in_its_done_event(make_server: Callable[..., LiveServer]) -> None:
+    """Generations of one frame: every segment is cut before its end, and the done event says `incomplete`."""
+    server = make_server(max_frames=1)
+    events = sse_events(server, body(input="Hello there.", response_format="pcm", stream_format="sse"))
+    assert events[-1]["status"] == "incomplete"
+    assert events[-1]["status_details"] == {"type": "incomplete", "reason": "max_output_tokens"}
+
+
+def test_a_plain_get_of_the_realtime_endpoint_is_426(live: LiveServer) -> None:
+    resp = httpx.get(live.url + "/v1/realtime", timeout=10)
+    assert resp.status_code == 426 and resp.headers["upgrade"] == "websocket"
+    assert resp.json()["error"]["code"] == "upgrade_required"
