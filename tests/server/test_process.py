@@ -27,13 +27,14 @@ from tests.server.test_abort_paths import LONG_TEXT, speech
 
 
 class Served:
-    def __init__(self, cache: Path, *flags: str, soft_nofile: int | None = None) -> None:
+    def __init__(self, cache: Path, *flags: str, soft_nofile: int | None = None,
+                 env: dict[str, str] | None = None) -> None:
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
         sock.close()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "TALKSTREAM_CACHE_DIR": str(cache)}
+        env = {**os.environ, "TALKSTREAM_CACHE_DIR": str(cache), **(env or {})}
         cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port), "--log-level", "warning", *flags]
         if soft_nofile is not None:  # started with a lower soft open-file limit (the shell execs: same pid)
             cmd = ["sh", "-c", f'ulimit -Sn {soft_nofile} && exec "$@"', "sh", *cmd]
