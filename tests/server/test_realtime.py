@@ -334,3 +334,22 @@ def test_a_non_pcm_format_is_refused_and_a_text_only_session_is_reported(ws: Cli
     send(ws, "session.update", session={"output_modalities": ["text"]})
     assert recv(ws)["type"] == "session.updated"
     assert recv(ws)["error"]["param"] == "session.output_modalities"
+
+
+def test_session_instructions_and_speed_reach_the_response(live: LiveServer, ws: ClientConnection) -> None:
+    def response(**session: object) -> tuple[dict[str, Any], bytes]:
+        send(ws, "session.update", session=session)
+        assert recv(ws)["type"] == "session.updated"
+        send(ws, "input_text_buffer.append", text="Hello there, my friend.")
+        send(ws, "input_text_buffer.commit")
+        events, pcm = until_done(ws)
+        assert_completed(events, pcm)
+        return events[-1]["response"]["usage"], pcm
+
+    plain, audio = response(seed=5)
+    fast_usage, fast = response(audio={"output": {"speed": 2.0}})
+    assert len(fast) / len(audio) == pytest.approx(0.5, abs=0.02)
+    assert fast_usage["samples"] == len(fast) // 2 and fast_usage["output_tokens"] == plain["output_tokens"]
+    calm, _ = response(instructions="Speak calmly.")
+    tok = live.engine._loaded.frontend.tokenizer  # type: ignore[union-attr]
+    assert calm["input_tokens"] - plain["input_tokens"] == len(tok.instruct("Speak calmly.")) > 0
