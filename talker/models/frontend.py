@@ -73,7 +73,7 @@ class Frontend:
         instruct = self._instruct_ids(req.instructions)
         streaming = not self.gen.non_streaming_mode
         segments = tuple(PromptIds(self.tokenizer.assistant(piece), instruct, prefix, streaming)
-                         for piece in split_text(text, self._budget(prefix, instruct), self._count))
+                         for piece in self.split(text, prefix, instruct))
         for prompt in segments:  # the budget keeps every segment within both; a last line of defence
             if len(prompt.text) + 1 > self.text_width or prompt.token_bound > self.max_prompt:
                 raise RequestError("input could not be split into pieces this model can speak", param="input")
@@ -87,6 +87,10 @@ class Frontend:
         tokens = sum(len(p.text) for p in segments) + len(instruct or ())
         return Prepared(req, segments, params, seed & 0x7FFFFFFF, min(self.max_frames, limit or self.max_frames),
                         limit, tokens)
+
+    def split(self, text: str, prefix: tuple[int, ...], instruct: tuple[int, ...] | None) -> list[str]:
+        """The text's segments: each one's speech fits one generation."""
+        return split_text(text, self._budget(prefix, instruct), self._count, self.tokenizer.cut)
 
     def _count(self, text: str) -> int:
         return len(self.tokenizer.plain(text))

@@ -30,6 +30,11 @@ class TextTokenizer:
         """Ordinary text: no added or special token can come out of it."""
         return list(self._plain.encode(text, add_special_tokens=False).ids)
 
+    def cut(self, text: str, n: int) -> int:
+        """The character index where the first `n` tokens of `text` end (all of it when it has fewer)."""
+        offsets = self._plain.encode(text, add_special_tokens=False).offsets
+        return len(text) if len(offsets) <= n else offsets[n - 1][1]
+
     def tokens(self, text: str) -> list[str]:
         return list(self._plain.encode(text, add_special_tokens=False).tokens)
 

@@ -19,7 +19,6 @@ from output_builder.codecs.qwen12hz import Qwen12HzCodec
 from output_builder.engine import Engine
 from output_builder.streams import AudioStream
 from talker.config import EngineConfig
-from talker.models.segmenter import split_text
 from talker.request import FinishReason, SpeechRequest
 from talker.snapshot import StepSnapshot
 
@@ -77,7 +76,7 @@ async def test_a_long_text_is_spoken_in_full_as_one_stream_with_no_seam(engine: 
     segments = [tap.spoken("long", i, eos) for i in range(len(prepared.segments))]
     assert stream.usage.frames == sum(len(s) for s in segments) >= sum(len(p.text) for p in prepared.segments)
     # 2. each segment is the generation of its own text, alone
-    pieces = split_text(SENTENCES, frontend._budget(prepared.prompt.codec_prefix, None), frontend._count)
+    pieces = frontend.split(SENTENCES, prepared.prompt.codec_prefix, None)
     for i, piece in enumerate(pieces):
         alone = engine.submit(greedy(piece, f"alone-{i}"))
         await collect(alone)
