@@ -4,6 +4,10 @@ The references (tests/fixtures/oracle_tiny.npz) were written by the official pac
 (scripts/oracle/make_reference); these tests need only Talkstream's. Greedy decoding is compared frame for frame,
 EOS position included. Sampled runs cannot be compared draw for draw (the official package samples with torch's
 global RNG, Talkstream with counter-based per-request seeds), so they are checked for what both must share.
+
+Greedy codes are compared exactly although the logits behind them round differently (another implementation, and
+in a batch another shape of arithmetic on some CPUs); that is sound because no greedy choice of the fixture is near
+a tie, which `test_every_greedy_choice_is_far_from_a_tie` checks.
 """
 
 from __future__ import annotations
@@ -26,9 +30,13 @@ from talker.runner import Runner
 from talker.scheduler import Scheduler, Seq
 from tests.talker.oracle_fixture import Case, Oracle, load_oracle, stale_reason
 
+pytestmark = pytest.mark.bitexact  # exact code comparisons: scripts/test runs them under every CPU capability
 CPU = torch.device("cpu")
 TOL = 1e-4  # waveforms
 LOGIT_TOL = 2e-6  # first-frame logits agree to ~2e-7; another speaker moves them by >= 3e-5 in the tiny model
+# the smallest top-1/top-2 logit gap a greedy choice may have: 50x the ~2e-7 by which another implementation or
+# another batch moves a logit (the fixture's smallest is ~5e-5)
+MARGIN = 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -126,10 +134,29 @@ def test_greedy_codes_match_the_official_package_alone(oracle: Oracle, loaded: L
 def test_a_batch_of_different_requests_gives_each_its_official_codes(
     oracle: Oracle, loaded: LoadedTalker, tiny_dir: Path
 ) -> None:
-    # every case in one batch (both text modes, all voices, languages), in two different orders
+    # every case in one batch (both text modes, all voices, languages), in two different orders: the padding, the
+    # per-row text modes and lengths are right (exact codes: every choice is far from a tie, see below)
     for order in (oracle.cases, oracle.cases[::-1]):
         for case, (codes, hit_eos) in zip(order, run(loaded, tiny_dir, order, **GREEDY), strict=True):
             assert_same_codes(case, codes, hit_eos, "batched")
+
+
+def test_every_greedy_choice_is_far_from_a_tie(
+    oracle: Oracle, loaded: LoadedTalker, tiny_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The premise of the exact greedy comparisons: a fixture with a near-tie would make them depend on rounding
+    (the CPU, the batch), so it fails here, by name, instead of there by chance."""
+    gaps: list[float] = []
+    draw = Runner._draw
+
+    def spy(self: Runner, logits: torch.Tensor, *args: object) -> torch.Tensor:
+        top = logits.topk(2, dim=-1).values
+        gaps.append(float((top[:, 0] - top[:, 1]).min()))
+        return draw(self, logits, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Runner, "_draw", spy)
+    run(loaded, tiny_dir, oracle.cases, **GREEDY)
+    assert gaps and min(gaps) > MARGIN, f"a greedy choice {min(gaps):.1e} from a tie; regenerate the fixtures"
 
 
 def test_decoded_waveform_matches_the_official_decode(oracle: Oracle, codec: Qwen12HzCodec) -> None:
@@ -182,8 +209,8 @@ def test_sampled_runs_share_what_the_official_sampler_guarantees(
 ) -> None:
     """Draw-for-draw parity is impossible (different RNGs). What must hold: with the checkpoint's default sampling
     (top-k 50, temperature 0.9, repetition penalty 1.05), every official first-frame codebook-0 token lies in
-    Talkstream's top-k at that frame (same prompt, so the same distribution); lengths agree; and Talkstream's runs
-    are reproducible by seed and independent of batch mates."""
+    Talkstream's top-k at that frame (same prompt, so the same distribution); lengths agree, alone and in a batch;
+    and Talkstream's runs are reproducible by seed."""
     case = oracle.cases[oracle.sampled_case]
     assert oracle.sampling["do_sample"] and oracle.sampling["top_k"] == loaded.generation.top_k
     first = top_k_first_frame(loaded, tiny_dir, case, int(oracle.sampling["top_k"]))
