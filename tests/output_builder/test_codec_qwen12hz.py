@@ -118,6 +118,7 @@ def test_right_padding_in_a_batch_changes_nothing(random_codec: Qwen12HzCodec) -
         assert torch.allclose(got, alone, rtol=0, atol=1e-5)
 
 
+@pytest.mark.bitexact
 def test_receptive_field_is_tight(short_window_codec: Qwen12HzCodec) -> None:
     codec = short_window_codec
     reach = codec.receptive_field_frames
@@ -130,6 +131,7 @@ def test_receptive_field_is_tight(short_window_codec: Qwen12HzCodec) -> None:
     assert not torch.equal(a[reach * SPF : (reach + 1) * SPF], b[reach * SPF : (reach + 1) * SPF])
 
 
+@pytest.mark.bitexact
 def test_from_config_is_audible_and_seeded(random_codec: Qwen12HzCodec) -> None:
     codes = random_codes((2, 16, 12), seed=3)
     wav = random_codec.decode(codes)
@@ -141,6 +143,7 @@ def test_from_config_is_audible_and_seeded(random_codec: Qwen12HzCodec) -> None:
     assert torch.equal(wav, same) and not torch.equal(wav, other)
 
 
+@pytest.mark.bitexact
 def test_save_and_reload_round_trip(random_codec: Qwen12HzCodec, tmp_path: Path) -> None:
     random_codec.save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())

@@ -133,6 +133,7 @@ def test_batch_mates_do_not_change_a_stream(random_codec: Qwen12HzCodec, ops: Na
     assert max_error(torch.cat(pieces), alone) <= TOL
 
 
+@pytest.mark.bitexact
 def test_a_decode_run_between_the_stages_of_another_changes_neither(
     random_codec: Qwen12HzCodec, ops: NativeKernels | None
 ) -> None:

@@ -62,6 +62,7 @@ async def test_max_frames_ends_the_stream(engine: Engine) -> None:
     assert stream.finish_reason is FinishReason.MAX_FRAMES and audio.size == 5 * 1920
 
 
+@pytest.mark.bitexact
 async def test_async_and_sync_modes_give_identical_audio(engine_config: EngineConfig) -> None:
     requests = [SpeechRequest(text=f"{TEXT} Number {i}.", seed=100 + i, voice=v)
                 for i, v in enumerate(["aria", "ben", "alloy", "nova"])]
@@ -76,6 +77,7 @@ async def test_async_and_sync_modes_give_identical_audio(engine_config: EngineCo
         assert a.size > 0 and a.tobytes() == b.tobytes()
 
 
+@pytest.mark.bitexact
 async def test_native_codec_kernels_and_torch_give_the_same_audio(engine_config: EngineConfig) -> None:
     """The engine with its compiled kernels (codec and sampler) and without: the same codes, PCM within 1 LSB.
     Greedy, since the samplers walk their candidates in different orders (same distribution, other tokens)."""
@@ -95,6 +97,7 @@ async def test_native_codec_kernels_and_torch_give_the_same_audio(engine_config:
         assert np.abs(a.astype(np.int32) - b.astype(np.int32)).max() <= 1
 
 
+@pytest.mark.bitexact
 async def test_same_seed_same_audio_different_seed_different_audio(engine: Engine) -> None:
     a = await collect(engine.submit(SpeechRequest(text=TEXT, seed=7)))
     b = await collect(engine.submit(SpeechRequest(text=TEXT, seed=7)))

@@ -3,6 +3,8 @@ import torch
 
 from talker.sampler import RowParams, apply_repetition_penalty, sample, step_uniforms
 
+pytestmark = pytest.mark.bitexact  # exact token choices: scripts/test runs them under every CPU capability
+
 
 def _params(n: int, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, vocab: int = 64) -> RowParams:
     return RowParams.stack([temperature] * n, [top_k] * n, [top_p] * n, list(range(n)), vocab, torch.device("cpu"))

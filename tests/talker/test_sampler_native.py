@@ -7,6 +7,7 @@ import torch
 from talker.sampler import RowParams, apply_repetition_penalty, sample, step_uniforms
 from talker.sampler_native import SamplingKernel, load_sampling_kernel
 
+pytestmark = pytest.mark.bitexact  # exact token choices: scripts/test runs them under every CPU capability
 CPU = torch.device("cpu")
 
 
