@@ -1,8 +1,10 @@
 """Batched sampling on the device with per-row parameters and per-request seeds.
 
 Randomness is counter-based: a row's uniform number for (seed, frame, draw) is a hash of those integers, so a
-request's audio does not depend on which other requests share its batch or on the batch order. A row samples by
-inverse CDF over its top-k candidates, so one uniform per row and draw is all it needs.
+request's random draws do not depend on which other requests share its batch or on the batch order. (Its logits
+can: a step's float arithmetic may round differently in another batch on some CPUs, as in every batched server; the
+same batches give the same bits.) A row samples by inverse CDF over its top-k candidates, so one uniform per row and
+draw is all it needs.
 """
 
 from __future__ import annotations
