@@ -78,6 +78,7 @@ def test_a_final_chunk_without_frames_counts_nothing() -> None:
 @dataclass
 class Row:
     sink: RequestOutput
+    segment: int = 0
 
 
 def snapshot(step: int, rows: list[RequestOutput]) -> StepSnapshot:
