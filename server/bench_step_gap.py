@@ -25,6 +25,7 @@ import numpy as np
 from output_builder.engine import Engine
 from output_builder.streams import AudioStream
 from talker.config import EngineConfig, OutputMode
+from talker.models.frontend import FRAMES_PER_TOKEN
 from talker.request import SpeechRequest
 from talker.snapshot import StepTiming, gpu_gaps_us, step_gaps_us
 
@@ -108,9 +109,13 @@ async def _drain(stream: AudioStream) -> bytes:
 
 
 async def run_mode(args: argparse.Namespace, mode: OutputMode) -> ModeResult:
+    # a generation's frame cap that keeps the first `steps` tokens of TEXT in its first segment (a long text is
+    # spoken in segments of max_frames // FRAMES_PER_TOKEN tokens): every row runs `steps` frames, and only the
+    # requests' own limit ends them, with no segment's prefill in between
+    generation = FRAMES_PER_TOKEN * args.steps
     config = EngineConfig.from_env(
         model=args.model, device=args.device, output_mode=mode, max_batch=args.batch, max_queue=0,
-        max_prefills_per_step=1, max_frames=args.steps, max_len=max(2048, 2 * args.steps + 64),
+        max_prefills_per_step=1, max_frames=generation, max_len=max(2048, 2 * generation + 64),
     )
     engine = Engine(config)
     await engine.start()
