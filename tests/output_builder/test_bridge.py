@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -127,7 +127,7 @@ async def test_a_streams_later_chunk_waits_for_its_first_chunk() -> None:
     gate = threading.Event()
     backend = Recorder(gate, gated=True)  # the first chunk's call is held
     pipe = pipeline(backend)
-    pool = ThreadPoolExecutor(2)
+    pool = SubmitLog(2)
     bridge = AsyncBridge(asyncio.get_running_loop(), pipe, pool, lambda rid: None, poll_s=0.001)
     bridge.start()
     new, other = output("new", first_chunk=1, chunk=1), output("other", first_chunk=1, chunk=1)
@@ -135,8 +135,10 @@ async def test_a_streams_later_chunk_waits_for_its_first_chunk() -> None:
     bridge.publish(snapshot(0, [new]))  # new's first chunk: held
     bridge.publish(snapshot(1, [new, other]))  # new's second chunk and other's, one backlog call
     bridge.publish(snapshot(2, [other]))  # other's next chunk: behind that call, as its stream's order wants
-    await asyncio.sleep(0.05)
-    assert backend.calls == []  # the backlog call carries new's second chunk: it waits for the first
+    await asyncio.wait_for(_until(lambda: pipe.jobs_in_flight == 4), 5.0)  # all routed
+    await settle()
+    # the backlog call carries new's second chunk: it waits for the first, which is held
+    assert pool.submitted == [[new.stream_id]]
     gate.set()
     await asyncio.wait_for(_until(lambda: pipe.jobs_in_flight == 0), 5.0)
     await bridge.stop()
@@ -150,20 +152,41 @@ async def _until(cond: Callable[[], bool]) -> None:
         await asyncio.sleep(0.001)
 
 
+async def settle() -> None:
+    """Runs every callback the event loop has ready, and those they make ready, without waiting for any time: what
+    the bridge's tasks would do next on the loop has been done (a codec call it starts is submitted on the loop)."""
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
+class SubmitLog(ThreadPoolExecutor):
+    """The codec pool, recording each codec call's stream ids as the loop submits it (not when a thread runs it)."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers)
+        self.submitted: list[list[int]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        jobs: list[ChunkJob] = args[0]
+        self.submitted.append([j.out.stream_id for j in jobs])
+        return super().submit(fn, *args, **kwargs)
+
+
 async def test_a_backlog_call_waits_while_a_first_chunk_is_due_and_the_first_chunk_goes_first() -> None:
     backend = Recorder()
     pipe = pipeline(backend)
-    pool = ThreadPoolExecutor(2)
+    pool = SubmitLog(2)
     new = output("new")
     bridge = AsyncBridge(asyncio.get_running_loop(), pipe, pool, lambda rid: None, poll_s=0.001,
-                         first_due=lambda: new.chunks == 0, hold_s=5.0)
+                         first_due=lambda: new.chunks == 0, hold_s=60.0)  # only the first chunk can end it
     bridge.start()
     old = output("old", first_chunk=2, chunk=2)
     old.chunks = 1
     bridge.publish(snapshot(0, [old]))
     bridge.publish(snapshot(1, [old]))  # a backlog call, held: new's first chunk is due
-    await asyncio.sleep(0.05)
-    assert backend.calls == []
+    await asyncio.wait_for(_until(lambda: pipe.jobs_in_flight == 1), 5.0)  # routed
+    await settle()
+    assert pool.submitted == []
     bridge.publish(snapshot(2, [old, new]))
     await asyncio.wait_for(_until(lambda: pipe.jobs_in_flight == 0 and len(backend.calls) == 2), 5.0)
     await bridge.stop()
@@ -180,11 +203,12 @@ async def test_the_hold_on_the_backlog_is_bounded() -> None:
     bridge.start()
     old = output("old", first_chunk=2, chunk=2)
     old.chunks = 1
-    t0 = time.perf_counter()
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
     bridge.publish(snapshot(0, [old]))
     bridge.publish(snapshot(1, [old]))
-    await asyncio.wait_for(_until(lambda: len(backend.calls) == 1), 5.0)
-    assert time.perf_counter() - t0 >= 0.05
+    await asyncio.wait_for(_until(lambda: len(backend.calls) == 1), 5.0)  # bounded: the call does start
+    assert loop.time() - t0 >= 0.05  # held for hold_s first (a lower bound on the bridge's own clock: no speed)
     await bridge.stop()
     pool.shutdown()
 
@@ -194,16 +218,15 @@ async def test_a_step_with_first_frames_is_routed_without_waiting_for_the_poll()
     pipe = pipeline(Recorder())
     pipe.tap = lambda snap, codes: routed.append(snap.step)
     pool = ThreadPoolExecutor(2)
-    bridge = AsyncBridge(asyncio.get_running_loop(), pipe, pool, lambda rid: None, poll_s=2.0, idle_polls=100)
+    # a poll interval no test waits out: the step below is routed only if its publish wakes the router
+    bridge = AsyncBridge(asyncio.get_running_loop(), pipe, pool, lambda rid: None, poll_s=3600.0, idle_polls=100)
     bridge.start()
     bridge.publish(snapshot(0, [output("a", first_chunk=4)]))  # wakes the parked router, which then polls
     await asyncio.wait_for(_until(lambda: routed == [0]), 5.0)
-    await asyncio.sleep(0.01)
+    await settle()  # the router is napping now
     first = snapshot(1, [output("b")])
     first.first_frames = True
-    t0 = time.perf_counter()
     bridge.publish(first)
     await asyncio.wait_for(_until(lambda: routed == [0, 1]), 5.0)
-    assert time.perf_counter() - t0 < 1.0  # not the 2 s poll interval
     await bridge.stop()
     pool.shutdown()

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+import signal
+import struct
+import termios
 import threading
 import time
 from collections import OrderedDict
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +35,19 @@ def test_codes_outside_the_codebook_fail_the_call_before_they_reach_the_device()
     assert len(decode_batch(codec, states, DecodeRequest([(1, good)]))) == 1  # the stream goes on
 
 
+def unread(conn: Connection) -> int:
+    """Bytes sent on `conn` that its peer has not read yet (SIOCOUTQ of a Unix socket)."""
+    return int(struct.unpack("i", fcntl.ioctl(conn.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0])
+
+
 @pytest.mark.bitexact
 def test_the_codec_process_decodes_a_first_chunk_in_the_middle_of_a_backlog_call(tmp_path: Path) -> None:
+    """Ordered by events, not time: the child is stopped (SIGSTOP) as soon as it has read a backlog call, the
+    urgent call is sent while the backlog call is caught in flight, and the urgent answer must come first."""
     Qwen12HzCodec.from_config(CodecConfig.tiny(), seed=11).save_pretrained(tmp_path)
     codec = Qwen12HzCodec.from_pretrained(tmp_path)  # as the process loads it
     rng = np.random.default_rng(0)
-    backlog = [(sid, rng.integers(0, 2048, (16, 8))) for sid in range(48)]  # a long call: 384 frames
+    backlog = [(sid, rng.integers(0, 2048, (16, 8))) for sid in range(48)]  # a call of 384 frames, ~15 stages
     first = [(100, rng.integers(0, 2048, (16, 1)))]
     # with the child's one thread: with AVX2 kernels the codec's bits depend on the intra-op thread count
     threads = torch.get_num_threads()
@@ -45,24 +58,24 @@ def test_the_codec_process_decodes_a_first_chunk_in_the_middle_of_a_backlog_call
     finally:
         torch.set_num_threads(threads)
     process = CodecProcess(tmp_path, "cpu", 1)
+    lanes = process._conn, process._urgent  # the lanes' pipes, used directly so that the test decides when
     try:
-        ended: dict[str, float] = {}
-        got: dict[str, list[np.ndarray]] = {}
-
-        def run(name: str, jobs: list[tuple[int, np.ndarray]], urgent: bool) -> None:
-            got[name] = process.decode(jobs, urgent=urgent)
-            ended[name] = time.perf_counter()
-
-        lane = threading.Thread(target=run, args=("backlog", backlog, False))
-        started = time.perf_counter()
-        lane.start()
-        time.sleep(0.02)
-        run("first", first, True)
-        lane.join(60)
-        assert ended["first"] < ended["backlog"], "the first chunk waited for the whole backlog call"
-        assert ended["backlog"] - started > 0.05  # the call was long enough to be cut
-        assert all(np.array_equal(g, w) for g, w in zip(got["backlog"], want_backlog, strict=True))
-        assert np.array_equal(got["first"][0], want_first[0])
+        lanes[0].send(DecodeRequest(backlog))
+        deadline = time.monotonic() + 30  # a failure timeout only: spins until the child has read the request
+        while unread(lanes[0]):
+            assert time.monotonic() < deadline, "the codec process never read the backlog call"
+        os.kill(process.pid, signal.SIGSTOP)  # at the start of the call: its stages are all ahead
+        try:
+            assert not lanes[0].poll(), "the backlog call was over before the child could be stopped in it"
+            lanes[1].send(DecodeRequest(first))
+        finally:
+            os.kill(process.pid, signal.SIGCONT)
+        ready = wait(list(lanes), timeout=60)
+        assert ready == [lanes[1]], "the first chunk waited for the whole backlog call"
+        (status, got_first), (status_backlog, got_backlog) = lanes[1].recv(), lanes[0].recv()
+        assert status == status_backlog == "ok"
+        assert all(np.array_equal(g, w) for g, w in zip(got_backlog, want_backlog, strict=True))
+        assert np.array_equal(got_first[0], want_first[0])
         assert len(process.decode([(100, first[0][1])], urgent=False)) == 1  # the stream goes on in the backlog
     finally:
         process.stop()

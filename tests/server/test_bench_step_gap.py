@@ -20,3 +20,13 @@ def test_both_modes_agree_and_the_timeline_is_written(tiny_cache: Path, tmp_path
     assert out["identical"] and out["identical_codes"] and out["max_sample_diff"] == 0
     assert out["sync"]["steps"] > 0 and out["async"]["gap_us_p50"] > 0
     assert svg.read_text().startswith("<svg")
+
+
+def test_identical_needs_output_on_both_sides() -> None:
+    """Two runs that made nothing (or a request that made nothing) are not evidence that the modes agree."""
+    assert bench_step_gap.identical([b"ab", b"c"], [b"ab", b"c"])
+    assert not bench_step_gap.identical([], [])
+    assert not bench_step_gap.identical([b""], [b""])
+    assert not bench_step_gap.identical([b"ab", b""], [b"ab", b""])
+    assert not bench_step_gap.identical([b"ab"], [b"ac"])
+    assert not bench_step_gap.identical([b"ab"], [b"ab", b"c"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import time
+import threading
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -71,22 +71,44 @@ def test_default_format_is_mp3_and_model_id_works(live: LiveServer) -> None:
     assert seconds(resp.content, "mp3") > 0.1
 
 
-def test_raw_stream_is_chunked_and_starts_early(live: LiveServer) -> None:
-    with httpx.Client(base_url=live.url, timeout=60) as client, client.stream(
-        "POST", "/v1/audio/speech", json=body(input=LONG_TEXT[:400], response_format="wav")
-    ) as resp:
-        assert resp.status_code == 200
-        assert resp.headers["transfer-encoding"] == "chunked"
-        t0 = time.perf_counter()
-        chunks = []
-        first_at = None
-        for data in resp.iter_raw():
-            first_at = first_at or time.perf_counter()
-            chunks.append(data)
-        end = time.perf_counter()
+HELD_AT_STEP = 4  # frames 1-3 are made: the first chunks (1 frame, then 2) are out
+
+
+def test_raw_stream_is_chunked_and_audio_comes_before_the_generation_ends(live: LiveServer) -> None:
+    """Streaming shown by events: the Talker is held at the request's 4th step until the client has read audio, so
+    a server that sent nothing before its generation ended would never send anything (the hold's time-out, a
+    failure bound only, would end it and fail the test)."""
+    assert live.engine.worker is not None and live.wait_idle()["slots_in_use"] == 0  # its steps are this request's
+    steps, held, read, timed_out = 0, threading.Event(), threading.Event(), threading.Event()
+
+    def hold(stage: str, batch: object) -> None:  # the worker's test hook, on its thread
+        nonlocal steps
+        if stage != "step":
+            return
+        steps += 1
+        if steps == HELD_AT_STEP:
+            held.set()
+            if not read.wait(30):
+                timed_out.set()
+
+    live.engine.worker.fault_hook = hold
+    try:
+        with httpx.Client(base_url=live.url, timeout=60) as client, client.stream(
+            "POST", "/v1/audio/speech", json=body(input=LONG_TEXT[:400], response_format="wav")
+        ) as resp:
+            assert resp.status_code == 200
+            assert resp.headers["transfer-encoding"] == "chunked"
+            data = resp.iter_raw()
+            chunks = [next(data)]
+            assert steps <= HELD_AT_STEP and not timed_out.is_set()  # read while the generation cannot go on
+            read.set()
+            chunks += list(data)
+    finally:
+        read.set()
+        live.engine.worker.fault_hook = None
+    assert held.is_set() and not timed_out.is_set() and steps > HELD_AT_STEP
     wav = b"".join(chunks)
     assert len(chunks) > 3
-    assert first_at is not None and first_at - t0 < (end - t0) / 2
     assert parse_wav_header(wav[:44]) == (PCM_RATE, 1)
     assert (len(wav) - 44) % 2 == 0
 
