@@ -41,8 +41,11 @@ ENV TALKSTREAM_NATIVE_KERNELS=${NATIVE_KERNELS}
 # Build the codec kernels now rather than on first start (a no-op without a compiler).
 RUN python3 -c "from pathlib import Path; from output_builder.codecs.native import load_native; \
 load_native(Path('$TALKSTREAM_CACHE_DIR'))"
-# The embedded tiny checkpoint is generated into the cache on first start; mount a model directory and pass
-# `--model /models/NAME` for a real one.
+# The embedded tiny checkpoint is generated into the cache on first start. A real model: --build-arg MODEL=HUB_ID
+# puts it into the image's Hugging Face cache now (then `serve --model HUB_ID` starts offline); or mount a Hub cache
+# at /home/talkstream/.cache/huggingface, or a model directory and pass `--model /models/NAME`.
+ARG MODEL=""
+RUN if [ -n "$MODEL" ]; then talkstream download "$MODEL"; fi
 
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \

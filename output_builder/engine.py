@@ -21,6 +21,7 @@ from output_builder.streams import AudioStream
 from talker.config import EngineConfig, OutputMode
 from talker.device import DeviceLayer, resolve_device
 from talker.models.frontend import Frontend, Prepared, Voice, load_tokenizer
+from talker.models.hub import is_directory, resolve
 from talker.models.loader import LoadedTalker, load_talker, resolve_dtype
 from talker.models.qwen3_tts.config import read_json
 from talker.models.tiny import ensure_tiny
@@ -59,7 +60,8 @@ class Engine:
         self.config = config.validate()
         self.state = EngineState.STOPPED
         self.dead_reason: str | None = None
-        self.model_id = "tiny" if config.model == "tiny" else Path(config.model).name
+        # a directory is served under its name, a Hub repository under its id as given
+        self.model_id = Path(config.model).name if is_directory(config.model) else config.model
         self.worker: TalkerWorker | None = None
         self.pipeline: OutputPipeline | None = None
         self._loaded: Loaded | None = None
@@ -107,7 +109,7 @@ class Engine:
     def _load(self) -> Loaded:
         cfg = self.config
         device = resolve_device(cfg.device)
-        path = ensure_tiny(cfg.cache_dir) if cfg.model == "tiny" else Path(cfg.model)
+        path = ensure_tiny(cfg.cache_dir) if cfg.model == "tiny" else resolve(cfg.model, cfg.revision)
         talker = load_talker(path, device, resolve_dtype(cfg.dtype, device))
         codec_dir = path / "speech_tokenizer"
         sample_rate = int(read_json(codec_dir / "config.json").get("output_sample_rate", 24000))

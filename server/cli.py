@@ -53,6 +53,10 @@ def parser() -> argparse.ArgumentParser:
     say.add_argument("--local", action="store_true", help="run an in-process engine instead of calling a server")
     _engine_flags(say)
 
+    download = sub.add_parser("download", help="fetch a Hub model into the cache ahead of time (e.g. in an image)")
+    download.add_argument("model", help="a Hugging Face Hub repository id, e.g. Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice")
+    download.add_argument("--revision", default=None, help="a branch, tag or commit (default main)")
+
     export = sub.add_parser("export-tiny", help="write the embedded tiny checkpoint to DIR")
     export.add_argument("dir", type=Path)
     export.add_argument("--size", default="tiny", choices=("tiny", "0.6b"),
@@ -65,7 +69,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _engine_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="'tiny' (default) or a checkpoint directory")
+    p.add_argument("--model", default=None,
+                   help="'tiny' (default), a checkpoint directory, or a Hugging Face Hub id (downloaded, then cached)")
+    p.add_argument("--revision", default=None, help="of a Hub model: a branch, tag or commit (default main)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None)
     p.add_argument("--output-mode", choices=("async", "sync"), default=None)
     p.add_argument("--max-batch", type=int, default=None)
@@ -73,8 +79,8 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
-    return EngineConfig.from_env(model=args.model, device=args.device, output_mode=args.output_mode,
-                                 max_batch=args.max_batch, max_queue=args.max_queue)
+    return EngineConfig.from_env(model=args.model, revision=args.revision, device=args.device,
+                                 output_mode=args.output_mode, max_batch=args.max_batch, max_queue=args.max_queue)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
                 return serve(args)
             case "say":
                 return say(args)
+            case "download":
+                from talker.models.hub import resolve
+
+                print(resolve(args.model, args.revision, refresh=True))
+                return 0
             case "export-tiny":
                 from talker.models.tiny import export_tiny
 
@@ -113,6 +124,10 @@ def serve(args: argparse.Namespace) -> int:
     raise_open_file_limit()  # before the options: the default connection limit is derived from it
     origins = [o.strip() for o in args.cors_origins.split(",") if o.strip()] if args.cors_origins else None
     config = engine_config(args)
+    if config.model != "tiny":  # fetched (with progress bars) or found in the cache now, so that a bad id or an
+        from talker.models.hub import resolve  # unreachable Hub is one line here, not an engine that fails to start
+
+        resolve(config.model, config.revision)
     if args.codec_timeout is not None:
         config = replace(config, codec_timeout_s=args.codec_timeout).validate()
     app = create_app(config, args.api_key or api_key_from_env(), shutdown_timeout=args.shutdown_timeout,

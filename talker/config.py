@@ -24,7 +24,8 @@ def default_cache_dir() -> Path:
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
-    model: str = "tiny"  # "tiny" or a checkpoint directory
+    model: str = "tiny"  # "tiny", a checkpoint directory, or a Hugging Face Hub repository id
+    revision: str | None = None  # of a Hub repository: a branch, tag or commit (default: main)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16
     output_mode: OutputMode = OutputMode.ASYNC
@@ -67,8 +68,8 @@ class EngineConfig:
             raise ValueError("worker_nice must be in [0, 19]")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise ValueError(f"device must be auto, cpu or cuda[:N], not {self.device!r}")
-        if self.model != "tiny" and not Path(self.model).is_dir():
-            raise ValueError(f"model must be 'tiny' or a checkpoint directory; {self.model!r} is neither")
+        if not self.model.strip():
+            raise ValueError("model must be 'tiny', a checkpoint directory or a Hub repository id")
         return replace(self, output_mode=OutputMode(self.output_mode), cache_dir=Path(self.cache_dir))
 
     @classmethod
@@ -85,6 +86,8 @@ class EngineConfig:
 
 
 def _parse(raw: str, default: Any) -> Any:
+    if default is None:
+        return raw or None
     if isinstance(default, bool):
         return raw.strip().lower() in ("1", "true", "yes", "on")
     if isinstance(default, Path):
