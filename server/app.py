@@ -6,7 +6,7 @@ import asyncio
 import gc
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -38,15 +38,23 @@ DOCS_ASSETS = "/docs-assets"
 
 
 def create_app(
-    config: EngineConfig, api_key: str | None = None, *, shutdown_timeout: float = 10.0, encode_threads: int = 4,
-    exit_on_dead: bool = False, cors_origins: list[str] | None = None, log_input: bool = False,
+    config: EngineConfig | Sequence[EngineConfig], api_key: str | None = None, *, shutdown_timeout: float = 10.0,
+    encode_threads: int = 4, exit_on_dead: bool = False, cors_origins: list[str] | None = None,
+    log_input: bool = False,
 ) -> FastAPI:
-    """The Talkstream app. The engine loads in the background, so `/health` answers 503 until it is ready.
+    """The Talkstream app, serving one model per config (each with an engine of its own; the first is the default).
+    The engines load in the background, so `/health` answers 503 until all are ready.
 
-    `exit_on_dead` (set by `talkstream serve`, never by in-process test servers): once the engine is dead the
+    `exit_on_dead` (set by `talkstream serve`, never by in-process test servers): once an engine is dead the
     process exits with status 3 after a short grace period, so a supervisor restarts it.
     """
-    state = ServerState(Engine(config), Metrics(), ThreadPoolExecutor(encode_threads, "encoder"),
+    engines: dict[str, Engine] = {}
+    for c in [config] if isinstance(config, EngineConfig) else config:
+        engine = Engine(c)
+        if engine.model_id in engines:
+            raise ValueError(f"model '{engine.model_id}' is given twice")
+        engines[engine.model_id] = engine
+    state = ServerState(engines, Metrics(), ThreadPoolExecutor(encode_threads, "encoder"),
                         api_key or None, shutdown_timeout, log_input=log_input, exit_on_dead=exit_on_dead)
     app = FastAPI(title="Talkstream", version="0.1.0", lifespan=_lifespan, docs_url=None, redoc_url=None,
                   description="Streaming text-to-speech, compatible with OpenAI's speech and Realtime APIs.")
@@ -84,8 +92,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 async def _exit_when_dead(state: ServerState) -> None:
     while state.start_task is None or not state.start_task.done() or state.status != EngineState.DEAD.value:
         await asyncio.sleep(DEAD_POLL_S)
-    log.critical("the engine is dead (%s); exiting in %.0f s so a supervisor can restart the server",
-                 state.start_error or state.engine.dead_reason, DEAD_GRACE_S)
+    log.critical("an engine is dead (%s); exiting in %.0f s so a supervisor can restart the server",
+                 state.dead_reason, DEAD_GRACE_S)
     await asyncio.sleep(DEAD_GRACE_S)
     logging.shutdown()
     os._exit(EXIT_DEAD)  # threads may be hung (that can be why it died): do not wait for them
@@ -93,15 +101,19 @@ async def _exit_when_dead(state: ServerState) -> None:
 
 async def _start_engine(state: ServerState) -> None:
     try:
-        await state.engine.start()
+        for model, engine in state.engines.items():  # one after another: one model's load peak at a time
+            await engine.start()
+            memory = engine.memory()
+            log.info("engine ready: model %s, %d voices; %.1f MiB of KV cache, %.1f MiB per request", model,
+                     len(engine.voices), memory.get("kv_cache_bytes", 0) / 2**20,
+                     memory.get("bytes_per_request", 0) / 2**20)
         # The model and the libraries make a large heap that never becomes garbage; a full collection scanning it
         # paused the loop for 172 ms at 32 streams. Frozen objects are left out of every later collection.
         gc.collect()
         gc.freeze()
-        log.info("engine ready: model %s, %d voices", state.engine.model_id, len(state.engine.voices))
     except Exception as exc:
         state.start_error = f"{type(exc).__name__}: {exc}"
-        log.exception("the engine failed to start")
+        log.exception("an engine failed to start")
 
 
 async def _stop_engine(state: ServerState) -> None:
@@ -110,9 +122,10 @@ async def _stop_engine(state: ServerState) -> None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     try:
-        await state.engine.drain(state.shutdown_timeout)
+        await asyncio.gather(*(e.drain(state.shutdown_timeout) for e in state.engines.values()))
     finally:
-        await state.engine.stop()
+        for engine in state.engines.values():
+            await engine.stop()
         await asyncio.to_thread(state.executor.shutdown, wait=True)
 
 
@@ -123,8 +136,8 @@ def _public_router() -> APIRouter:
     async def health(request: Request) -> JSONResponse:
         state = server_state(request)
         status = state.status
-        body = Health(status=status, model=state.engine.model_id,
-                      detail=state.start_error or state.engine.dead_reason)
+        body = Health(status=status, model=state.engine.model_id, detail=state.dead_reason,
+                      models={m: e.state.value for m, e in state.engines.items()})
         if status == EngineState.READY.value:
             return JSONResponse(body.model_dump())
         retry = {"Retry-After": str(errors.UNAVAILABLE_RETRY_AFTER_S)}
@@ -133,7 +146,7 @@ def _public_router() -> APIRouter:
     @router.get("/metrics", response_class=Response)
     async def metrics(request: Request) -> Response:
         state = server_state(request)
-        return Response(state.metrics.scrape(state.engine), media_type=CONTENT_TYPE)
+        return Response(state.metrics.scrape(list(state.engines.values())), media_type=CONTENT_TYPE)
 
     return router
 
@@ -172,11 +185,12 @@ def _listing_router() -> APIRouter:
         return ModelList(data=[ModelCard(id=m) for m in server_state(request).served_models()])
 
     @router.get("/audio/voices", response_model=VoiceList)
-    async def voices(request: Request) -> VoiceList:
-        engine = server_state(request).engine
+    async def voices(request: Request, model: str | None = None) -> VoiceList:
+        """The voices of `model` (the default model when not given)."""
+        engine = server_state(request).engine_for(model)
         cards = [VoiceCard(id=v.name, name=v.name, speaker=v.speaker, alias_of=v.alias_of)
                  for v in engine.voices.values()]
-        return VoiceList(data=cards, languages=engine.languages)
+        return VoiceList(model=engine.model_id, data=cards, languages=engine.languages)
 
     return router
 

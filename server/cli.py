@@ -69,8 +69,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _engine_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None,
-                   help="'tiny' (default), a checkpoint directory, or a Hugging Face Hub id (downloaded, then cached)")
+    p.add_argument("--model", action="append", default=None,
+                   help="'tiny' (default), a checkpoint directory, or a Hugging Face Hub id (downloaded, then cached); "
+                        "serve takes several (a request's model picks one; OpenAI's model names mean the first)")
     p.add_argument("--revision", default=None, help="of a Hub model: a branch, tag or commit (default main)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None)
     p.add_argument("--output-mode", choices=("async", "sync"), default=None)
@@ -78,9 +79,18 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-queue", type=int, default=None)
 
 
+def engine_configs(args: argparse.Namespace) -> list[EngineConfig]:
+    """One engine config per --model (one for the default model when none is given)."""
+    return [EngineConfig.from_env(model=model, revision=args.revision, device=args.device,
+                                  output_mode=args.output_mode, max_batch=args.max_batch, max_queue=args.max_queue)
+            for model in args.model or [None]]
+
+
 def engine_config(args: argparse.Namespace) -> EngineConfig:
-    return EngineConfig.from_env(model=args.model, revision=args.revision, device=args.device,
-                                 output_mode=args.output_mode, max_batch=args.max_batch, max_queue=args.max_queue)
+    configs = engine_configs(args)
+    if len(configs) > 1:
+        raise ValueError("only `serve` takes more than one --model")
+    return configs[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,14 +133,15 @@ def serve(args: argparse.Namespace) -> int:
         raise ValueError("--max-connections must be at least 1")
     raise_open_file_limit()  # before the options: the default connection limit is derived from it
     origins = [o.strip() for o in args.cors_origins.split(",") if o.strip()] if args.cors_origins else None
-    config = engine_config(args)
-    if config.model != "tiny":  # fetched (with progress bars) or found in the cache now, so that a bad id or an
-        from talker.models.hub import resolve  # unreachable Hub is one line here, not an engine that fails to start
+    configs = engine_configs(args)
+    for config in configs:
+        if config.model != "tiny":  # fetched (with progress bars) or found in the cache now, so that a bad id or an
+            from talker.models.hub import resolve  # unreachable Hub is one line here, not an engine failing to start
 
-        resolve(config.model, config.revision)
+            resolve(config.model, config.revision)
     if args.codec_timeout is not None:
-        config = replace(config, codec_timeout_s=args.codec_timeout).validate()
-    app = create_app(config, args.api_key or api_key_from_env(), shutdown_timeout=args.shutdown_timeout,
+        configs = [replace(c, codec_timeout_s=args.codec_timeout).validate() for c in configs]
+    app = create_app(configs, args.api_key or api_key_from_env(), shutdown_timeout=args.shutdown_timeout,
                      exit_on_dead=True, cors_origins=origins, log_input=args.log_input)
     # the drain (SIGTERM) already let streams finish within --shutdown-timeout: uvicorn's own wait is a backstop
     uv = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,

@@ -63,7 +63,8 @@ class DrainGate:
 async def drain(state: ServerState, timeout: float, hurry: Callable[[], bool] = lambda: False) -> bool:
     """Steps 1-3 above. True when everything in flight finished by itself (nothing was cut)."""
     state.draining = True
-    state.engine.stop_admitting()
+    for engine in state.engines.values():
+        engine.stop_admitting()
     log.info("draining: %d response(s) in flight, %d session(s); waiting up to %g s",
              state.in_flight(), len(state.sessions), timeout)
     await asyncio.gather(*(s.drain() for s in list(state.sessions)))
@@ -83,7 +84,8 @@ async def _cut(state: ServerState) -> None:
     for session in list(state.sessions):  # still open: its peer does not read
         session.abort()
     await cuts
-    await state.engine.drain(0)  # whatever the engine still holds (nothing, unless a handler leaked it)
+    for engine in state.engines.values():  # whatever an engine still holds (nothing, unless a handler leaked it)
+        await engine.drain(0)
 
 
 async def _wait_until(done: Callable[[], bool], timeout: float, hurry: Callable[[], bool] = lambda: False) -> bool:

@@ -47,7 +47,7 @@ class Metrics:
         for protocol in ("http", "ws"):
             self.open_responses.labels(protocol).set(0)
         self.ready = Gauge("talkstream_engine_ready", "1 when the engine accepts requests", registry=r)
-        self._last_step = -1
+        self._last_step: dict[int, int] = {}  # per engine
 
     def error(self, type_: str, code: str | None) -> None:
         self.errors.labels(type_, code or "").inc()
@@ -60,28 +60,34 @@ class Metrics:
         self.requests.labels(protocol, outcome).inc()
         self.audio_seconds.labels(protocol).inc(audio_seconds)
 
-    def scrape(self, engine: Engine) -> bytes:
-        self._refresh(engine)
+    def scrape(self, engines: list[Engine]) -> bytes:
+        self._refresh(engines)
         return generate_latest(self.registry)
 
-    def _refresh(self, engine: Engine) -> None:
-        for name, value in engine.stats().items():
-            if name in self.engine:
-                self.engine[name].set(value)
+    def _refresh(self, engines: list[Engine]) -> None:
+        """Engine gauges summed over the served models; ready when all are; each model's steps observed."""
+        totals = dict.fromkeys(self.engine, 0)
+        for engine in engines:
+            for name, value in engine.stats().items():
+                if name in totals:
+                    totals[name] += value
+            if engine.worker is not None:
+                self._ingest(id(engine), engine.worker.timings.snapshot())
+        for name, value in totals.items():
+            self.engine[name].set(value)
         self.open_encoders.set(open_encoder_count())
-        self.ready.set(1 if engine.state is EngineState.READY else 0)
-        if engine.worker is not None:
-            self._ingest(engine.worker.timings.snapshot())
+        self.ready.set(1 if all(e.state is EngineState.READY for e in engines) else 0)
 
-    def _ingest(self, timings: list[StepTiming]) -> None:
+    def _ingest(self, key: int, timings: list[StepTiming]) -> None:
         """Observes steps not seen at earlier scrapes (the ring keeps the last few thousand)."""
+        last = self._last_step.get(key, -1)
         prev: StepTiming | None = None
         for t in timings:
-            if t.step > self._last_step:
+            if t.step > last:
                 if t.forward_start and t.sample_end:
                     self.step_time.observe(t.sample_end - t.forward_start)
                 if prev is not None and t.contiguous and t.step == prev.step + 1 and prev.sample_end:
                     self.step_gap.observe(max(0.0, t.forward_start - prev.sample_end))
             prev = t
         if timings:
-            self._last_step = max(self._last_step, timings[-1].step)
+            self._last_step[key] = max(last, timings[-1].step)

@@ -142,11 +142,13 @@ class VoiceCard(BaseModel):
 
 class VoiceList(BaseModel):
     object: Literal["list"] = "list"
+    model: str
     data: list[VoiceCard]
     languages: list[str]
 
 
 class Health(BaseModel):
-    status: str
-    model: str
+    status: str  # ready when every model's engine is
+    model: str  # the default model
     detail: str | None = None
+    models: dict[str, str] = Field(default_factory=dict)  # each served model's engine state

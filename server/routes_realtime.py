@@ -22,6 +22,7 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from output_builder.encoders import AudioFormat
+from output_builder.engine import Engine
 from server import errors
 from server.http_protocol import abort_of
 from server.protocol import ResponseStatus
@@ -98,6 +99,7 @@ async def deny(ws: WebSocket, err: errors.ApiError, close_code: int = 1008) -> N
 class Session:
     def __init__(self, ws: WebSocket, state: ServerState) -> None:
         self.ws, self.state = ws, state
+        self.engine = state.engine  # the default model until a session.update names another
         self.id = f"sess_{uuid.uuid4().hex[:20]}"
         self.conversation_id = f"conv_{uuid.uuid4().hex[:20]}"
         self.settings: dict[str, Any] = {}  # OutputOptions.settings() of every session.update, merged
@@ -213,7 +215,7 @@ class Session:
         return f"event_{next(self._event_ids)}"
 
     def _session(self) -> RealtimeSession:
-        s, engine = self.settings, self.state.engine
+        s, engine = self.settings, self.engine
         audio = AudioSection(output=AudioOut(voice=s.get("voice"), speed=s.get("speed", 1.0)))
         sampling = {k: s[k] for k in ("seed", "temperature", "top_k", "top_p", "repetition_penalty") if k in s}
         return RealtimeSession(id=self.id, model=engine.model_id, instructions=s.get("instructions"),
@@ -263,9 +265,10 @@ class Session:
         match event:
             case SessionUpdate():
                 settings = event.session.settings()
-                self._check_voice(settings.get("voice"), "session.voice")
-                if event.session.model is not None:
-                    self.state.check_model(event.session.model)
+                model = event.session.model  # the model this session's responses use
+                engine = self.engine if model is None else self.state.engine_for(model)
+                self._check_voice(settings.get("voice"), "session.voice", engine)
+                self.engine = engine
                 self.settings.update(settings)
                 await self.send(SessionEvent(type="session.updated", event_id=self._eid(), session=self._session()))
                 await self._report_unsupported(event.session, "session", event.event_id)
@@ -319,8 +322,8 @@ class Session:
                                             "ignored (everything else was applied)", f"{where}.{fields[0]}",
                                             "unsupported_field"), event_id)
 
-    def _check_voice(self, voice: str | None, param: str) -> None:
-        voices = self.state.engine.voices
+    def _check_voice(self, voice: str | None, param: str, engine: Engine | None = None) -> None:
+        voices = (engine or self.engine).voices
         if voice is not None and voices and voice.lower() not in voices:
             raise errors.invalid(f"unknown voice '{voice}'; available voices: {', '.join(sorted(voices))}",
                                  param, "invalid_value")
@@ -355,7 +358,7 @@ class Session:
                                 temperature=s.get("temperature"), top_k=s.get("top_k"), top_p=s.get("top_p"),
                                 repetition_penalty=s.get("repetition_penalty"),
                                 max_frames=None if limit == "inf" else limit)
-        engine, speed = self.state.engine, s.get("speed", 1.0)
+        engine, speed = self.engine, s.get("speed", 1.0)
         transcoder = Transcoder(AudioFormat.PCM, engine.sample_rate, None, speed)
         try:
             stream = engine.submit(request)

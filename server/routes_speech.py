@@ -180,11 +180,11 @@ class Speech:
 async def create_speech(body: SpeechBody, request: Request) -> Response:
     state = server_state(request)
     fmt = AudioFormat(body.response_format)
-    req = speech_request(state, body, fmt)
-    transcoder = Transcoder(fmt, state.engine.sample_rate, body.sample_rate, body.speed)
-    rate = resolve_output_rate(fmt, state.engine.sample_rate, body.sample_rate)
+    engine = state.engine_for(body.model)
+    req, rate = speech_request(engine.sample_rate, body, fmt)
+    transcoder = Transcoder(fmt, engine.sample_rate, body.sample_rate, body.speed)
     try:
-        stream = state.engine.submit(req)
+        stream = engine.submit(req)
     except BaseException:
         transcoder.close()
         raise
@@ -209,16 +209,15 @@ async def create_speech(body: SpeechBody, request: Request) -> Response:
     return AudioResponse(audio_body(speech, first), speech, media_type=CONTENT_TYPES[fmt], headers=headers)
 
 
-def speech_request(state: ServerState, body: SpeechBody, fmt: AudioFormat) -> SpeechRequest:
-    """Checks what the engine does not know about (model name, output rate) and builds its request."""
-    state.check_model(body.model)
+def speech_request(model_rate: int, body: SpeechBody, fmt: AudioFormat) -> tuple[SpeechRequest, int]:
+    """Checks what the engine does not know about (the output rate) and builds its request; and the output rate."""
     try:
-        resolve_output_rate(fmt, state.engine.sample_rate, body.sample_rate)
+        rate = resolve_output_rate(fmt, model_rate, body.sample_rate)
     except ValueError as exc:
         raise errors.invalid(str(exc), "sample_rate", "invalid_value") from None
     return SpeechRequest(text=body.input, voice=body.voice_name, language=body.language,
                          instructions=body.instructions, seed=body.seed, temperature=body.temperature,
-                         top_k=body.top_k, top_p=body.top_p, repetition_penalty=body.repetition_penalty)
+                         top_k=body.top_k, top_p=body.top_p, repetition_penalty=body.repetition_penalty), rate
 
 
 async def first_chunk(stream: AudioStream, request: Request) -> np.ndarray | None:

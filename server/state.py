@@ -39,7 +39,7 @@ class OpenSession(Protocol):
 
 @dataclass
 class ServerState:
-    engine: Engine
+    engines: dict[str, Engine]  # by served model id; the first is the default (and what OpenAI's names mean)
     metrics: Metrics
     executor: ThreadPoolExecutor
     api_key: str | None = None
@@ -52,6 +52,22 @@ class ServerState:
     speeches: set[OpenSpeech] = field(default_factory=set, repr=False)
     sessions: set[OpenSession] = field(default_factory=set, repr=False)
 
+    @property
+    def engine(self) -> Engine:
+        """The first (default) model's engine."""
+        return next(iter(self.engines.values()))
+
+    def engine_for(self, model: str | None) -> Engine:
+        """The engine serving `model`: one of the served ids, or an OpenAI model name (the first model)."""
+        if model is None or model in MODEL_ALIASES or model.startswith("gpt-4o-mini-tts-"):
+            return self.engine
+        engine = self.engines.get(model)
+        if engine is None:
+            raise errors.ApiError(404, f"the model '{model}' does not exist here; this server serves "
+                                  f"{', '.join(self.served_models())}", errors.ErrorType.INVALID_REQUEST, "model",
+                                  "model_not_found")
+        return engine
+
     def in_flight(self) -> int:
         """Responses still being produced or sent, over HTTP and WebSocket."""
         return len(self.speeches) + sum(1 for s in self.sessions if s.busy)
@@ -63,16 +79,20 @@ class ServerState:
             return EngineState.DEAD.value
         if self.start_task is None or not self.start_task.done():  # loading, or warming up (engine already READY)
             return EngineState.STARTING.value
-        return self.engine.state.value
+        states = [e.state for e in self.engines.values()]
+        worst = next((s for s in states if s is not EngineState.READY), EngineState.READY)
+        return EngineState.DEAD.value if EngineState.DEAD in states else worst.value
+
+    @property
+    def dead_reason(self) -> str | None:
+        return self.start_error or next((f"{m}: {e.dead_reason}" for m, e in self.engines.items() if e.dead_reason),
+                                        None)
 
     def served_models(self) -> list[str]:
-        return [self.engine.model_id, *MODEL_ALIASES]
+        return [*self.engines, *MODEL_ALIASES]
 
     def check_model(self, model: str) -> None:
-        if model not in self.served_models() and not model.startswith("gpt-4o-mini-tts-"):
-            raise errors.ApiError(404, f"the model '{model}' does not exist here; this server serves "
-                                  f"{', '.join(self.served_models())}", errors.ErrorType.INVALID_REQUEST, "model",
-                                  "model_not_found")
+        self.engine_for(model)
 
 
 def state_of(app: FastAPI) -> ServerState:
