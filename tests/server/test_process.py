@@ -102,6 +102,15 @@ def wait_for(check: Callable[[], bool], timeout: float) -> None:
         time.sleep(0.05)
 
 
+def nothing_open(url: str) -> bool:
+    """No response is open at the server any more, or the server is gone (it exits once nothing is)."""
+    try:
+        metrics = scrape(url)
+    except httpx.TransportError:
+        return True
+    return metrics[OPEN_WS] == metrics[OPEN_HTTP] == 0
+
+
 def commit(sock: socket.socket, text: str) -> None:
     send_text(sock, {"type": "session.update", "session": {"temperature": 0.0}})
     send_text(sock, {"type": "input_text_buffer.append", "text": text})
@@ -109,8 +118,9 @@ def commit(sock: socket.socket, text: str) -> None:
 
 
 def test_sigterm_drains_then_exits(serve: type[Served]) -> None:
-    timeout = 3.0
-    server = serve("--shutdown-timeout", str(timeout))
+    """Ordered by events: the idle session is closed while every response is still in flight; the responses that
+    can finish do (`completed`, whole); the rest are cut when --shutdown-timeout passes; then the process exits."""
+    server = serve("--shutdown-timeout", "5")
     [codec] = server.children()
     # none of the raw clients reads before the signal, so their responses are all still in flight at the server
     stack = contextlib.ExitStack()
@@ -123,11 +133,12 @@ def test_sigterm_drains_then_exits(serve: type[Served]) -> None:
         idle = stack.enter_context(connect(server.url.replace("http", "ws") + "/v1/realtime"))
         idle.recv(timeout=30)
         wait_for(lambda: scrape(server.url)[OPEN_WS] == 2 and scrape(server.url)[OPEN_HTTP] == 2, 10)
-        t0 = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
-        with pytest.raises(ConnectionClosed) as closed:  # an idle session is closed at once
-            idle.recv(timeout=timeout - 1)
+        with pytest.raises(ConnectionClosed) as closed:  # an idle session is closed at once ...
+            idle.recv(timeout=30)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+        metrics = scrape(server.url)  # ... not when the drain ends: every response is still open
+        assert metrics[OPEN_WS] == 2 and metrics[OPEN_HTTP] == 2
         refused = httpx.post(server.url + "/v1/audio/speech", json=speech(), timeout=5)  # the listener is open
         assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1
         assert refused.json()["error"]["code"] == "server_shutting_down" and refused.headers["connection"] == "close"
@@ -137,20 +148,20 @@ def test_sigterm_drains_then_exits(serve: type[Served]) -> None:
             connect(server.url.replace("http", "ws") + "/v1/realtime", open_timeout=5)
         assert denied.value.response.status_code == 503
 
-        events, code = events_until_close(finishing_ws)  # finished, then closed
+        events, code = events_until_close(finishing_ws)  # finished (not cut: within the drain), then closed
         assert events[-1]["type"] == "response.done" and events[-1]["response"]["status"] == "completed"
-        assert code == 1012 and time.monotonic() - t0 < timeout
-        body = read_response(finishing_http, timeout=timeout)
+        assert code == 1012
+        body = read_response(finishing_http, timeout=30)
         assert body.startswith(b"HTTP/1.1 200") and body.endswith(LAST_CHUNK)  # the whole chunked response
 
-        time.sleep(max(0.0, t0 + timeout + 0.2 - time.monotonic()))  # past the timeout: the rest is cut
+        wait_for(lambda: nothing_open(server.url), 60)  # the drain's timeout passed: the rest is cut (unread)
         events, code = events_until_close(cut_ws)
         done = events[-1]
         assert done["type"] == "response.done" and done["response"]["status"] == "failed"
         assert done["response"]["status_details"]["error"]["code"] == "server_shutting_down" and code == 1012
-        body = read_response(cut_http, timeout=10)
+        body = read_response(cut_http, timeout=30)
         assert body.startswith(b"HTTP/1.1 200") and not body.endswith(LAST_CHUNK)  # truncated
-        assert server.proc.wait(15) == 0 and time.monotonic() - t0 < timeout + 8
+        assert server.proc.wait(30) == 0  # the wait's bound is a failure timeout only
     finally:
         stack.close()
     with pytest.raises(httpx.TransportError):
@@ -159,21 +170,20 @@ def test_sigterm_drains_then_exits(serve: type[Served]) -> None:
 
 
 def test_a_second_signal_cuts_the_drain_short(serve: type[Served]) -> None:
-    server = serve("--shutdown-timeout", "60")
-    stalled = raw_request(server.url, speech())  # never read: it would hold the drain for the whole minute
+    server = serve("--shutdown-timeout", "600")
+    stalled = raw_request(server.url, speech())  # never read: it would hold the drain for ten minutes
     try:
         wait_for(lambda: scrape(server.url)[OPEN_HTTP] == 1, 10)
-        t0 = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
         wait_for(lambda: httpx.get(server.url + "/health", timeout=5).json()["status"] == "draining", 5)
         server.proc.send_signal(signal.SIGINT)
-        assert server.proc.wait(15) == 0 and time.monotonic() - t0 < 8
+        assert server.proc.wait(60) == 0  # far sooner than the drain's ten minutes, which nothing else would end
     finally:
         stalled.close()
 
 
 def test_sighup_drains_like_sigterm(serve: type[Served]) -> None:
-    server = serve("--shutdown-timeout", "60")
+    server = serve("--shutdown-timeout", "600")
     stalled = raw_request(server.url, speech())  # never read: it holds the drain open
     try:
         wait_for(lambda: scrape(server.url)[OPEN_HTTP] == 1, 10)
@@ -182,7 +192,7 @@ def test_sighup_drains_like_sigterm(serve: type[Served]) -> None:
         refused = httpx.post(server.url + "/v1/audio/speech", json=speech(), timeout=5)
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_shutting_down"
         server.proc.send_signal(signal.SIGHUP)  # a second one cuts the drain short, as for SIGTERM
-        assert server.proc.wait(15) == 0
+        assert server.proc.wait(60) == 0
     finally:
         stalled.close()
 
