@@ -54,8 +54,8 @@ async def test_disconnect_storm_then_normal_service(make_server: Callable[..., L
     async with httpx.AsyncClient(base_url=server.url, timeout=httpx.Timeout(5.0), limits=limits) as c:
         outcomes = await asyncio.gather(*(impatient(c) for _ in range(200)))
     assert set(outcomes) <= {"busy", "timeout", "done"}, outcomes
-    # the departed clients' requests are all reclaimed (a disconnect is seen within 0.25 s; 5 s bounds the wait)
-    assert not (counts := await asyncio.to_thread(wait_no_leaks, server.url, 5.0)), counts
+    # the departed clients' requests are all reclaimed (a disconnect is seen within 0.25 s; 15 s bounds the wait)
+    assert not (counts := await asyncio.to_thread(wait_no_leaks, server.url, 15.0)), counts
     after = await asyncio.to_thread(httpx.post, server.url + "/v1/audio/speech", json=speech(input="After."),
                                     timeout=30)
     assert after.status_code == 200 and len(after.content) > 0

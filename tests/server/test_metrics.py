@@ -95,7 +95,7 @@ def test_disconnect_mid_stream_frees_the_slot(live: LiveServer, client: httpx.Cl
         next(body)
         next(body)
         assert live.stats()["slots_in_use"] == 1
-    deadline = time.monotonic() + 2.0
+    deadline = time.monotonic() + 10.0  # a failure timeout only
     while True:
         metrics = scrape(client)
         idle = all(metrics[f"talkstream_{g}"] == 0 for g in ("active_requests", "slots_in_use", "open_encoders"))

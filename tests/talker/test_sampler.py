@@ -6,6 +6,11 @@ from talker.sampler import RowParams, apply_repetition_penalty, sample, step_uni
 pytestmark = pytest.mark.bitexact  # exact token choices: scripts/test runs them under every CPU capability
 
 
+def seeded(seed: int) -> torch.Generator:
+    """Each test's random inputs come from their own seed: the same numbers alone, in any order, in any suite."""
+    return torch.Generator().manual_seed(seed)
+
+
 def _params(n: int, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, vocab: int = 64) -> RowParams:
     return RowParams.stack([temperature] * n, [top_k] * n, [top_p] * n, list(range(n)), vocab, torch.device("cpu"))
 
@@ -28,18 +33,19 @@ def test_uniforms_look_uniform() -> None:
 
 
 def test_greedy_is_argmax() -> None:
-    logits = torch.randn(5, 64)
-    tokens = sample(logits, _params(5, temperature=0.0), torch.rand(5))
+    logits = torch.randn(5, 64, generator=seeded(1))
+    tokens = sample(logits, _params(5, temperature=0.0), torch.rand(5, generator=seeded(2)))
     assert torch.equal(tokens, logits.argmax(-1))
 
 
 def test_top_k_one_is_argmax_whatever_the_noise() -> None:
-    logits = torch.randn(5, 64)
-    assert torch.equal(sample(logits, _params(5, top_k=1), torch.rand(5)), logits.argmax(-1))
+    logits = torch.randn(5, 64, generator=seeded(3))
+    noise = torch.rand(5, generator=seeded(4))
+    assert torch.equal(sample(logits, _params(5, top_k=1), noise), logits.argmax(-1))
 
 
 def test_top_k_and_top_p_restrict_candidates() -> None:
-    logits = torch.randn(200, 64)
+    logits = torch.randn(200, 64, generator=seeded(5))
     u = step_uniforms(torch.arange(200), torch.zeros(200, dtype=torch.long), 1)[:, 0]
     top5 = logits.topk(5).indices
     tokens = sample(logits, _params(200, top_k=5), u)
@@ -60,7 +66,7 @@ def test_sampling_follows_the_distribution(top_k: int, top_p: float) -> None:
 
 
 def test_host_path_keeps_greedy_rows_and_temperature() -> None:
-    logits = torch.randn(400, 64)
+    logits = torch.randn(400, 64, generator=seeded(6))
     temps = [0.0 if i % 4 == 0 else (0.05 if i % 4 == 1 else 1.0) for i in range(400)]
     params = RowParams.stack(temps, [20] * 400, [1.0] * 400, list(range(400)), 64, torch.device("cpu"))
     u = step_uniforms(params.seeds, torch.zeros(400, dtype=torch.long), 1)[:, 0]
@@ -82,7 +88,7 @@ def test_repetition_penalty_matches_hf_rule() -> None:
 @pytest.mark.parametrize("top_p", [0.8, 1.0])
 @pytest.mark.parametrize("vocab", [64, 3072])
 def test_batch_composition_does_not_change_a_row(vocab: int, top_p: float) -> None:
-    logits = torch.randn(6, vocab)
+    logits = torch.randn(6, vocab, generator=seeded(7))
     params = RowParams.stack([0.9] * 6, [50] * 6, [top_p] * 6, [11, 12, 13, 14, 15, 16], vocab, torch.device("cpu"))
     u = step_uniforms(params.seeds, torch.full((6,), 3), 1)[:, 0]
     full = sample(logits, params, u)

@@ -11,6 +11,11 @@ pytestmark = pytest.mark.bitexact  # exact token choices: scripts/test runs them
 CPU = torch.device("cpu")
 
 
+def seeded(seed: int) -> torch.Generator:
+    """Each test's random inputs come from their own seed: the same numbers alone, in any order, in any suite."""
+    return torch.Generator().manual_seed(seed)
+
+
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SamplingKernel]:
     built = load_sampling_kernel(tmp_path_factory.mktemp("cache"))
@@ -28,7 +33,7 @@ def _u(n: int, frame: int = 0) -> torch.Tensor:
 
 
 def test_greedy_and_top_k_one_are_argmax(kernel: SamplingKernel) -> None:
-    logits = torch.randn(40, 2048)
+    logits = torch.randn(40, 2048, generator=seeded(1))
     assert torch.equal(kernel.sample(logits, _params(40, 2048, temperature=0.0), _u(40)), logits.argmax(-1))
     assert torch.equal(kernel.sample(logits, _params(40, 2048, top_k=1), _u(40)), logits.argmax(-1))
 
@@ -38,14 +43,14 @@ def test_greedy_and_top_k_one_are_argmax(kernel: SamplingKernel) -> None:
 def test_with_top_p_it_picks_what_the_torch_path_picks(kernel: SamplingKernel, vocab: int, top_k: int,
                                                        top_p: float) -> None:
     # top-p walks candidates best first, as the torch path does: the same uniform gives the same token
-    logits = torch.randn(300, vocab)
+    logits = torch.randn(300, vocab, generator=seeded(2))
     params = _params(300, vocab, top_k=top_k, top_p=top_p)
     assert torch.equal(kernel.sample(logits, params, _u(300)), sample(logits, params, _u(300)))
 
 
 def test_repetition_penalty_is_the_hf_rule(kernel: SamplingKernel) -> None:
-    logits = torch.randn(300, 2048) * 3
-    seen = torch.rand(300, 2048) < 0.2
+    logits = torch.randn(300, 2048, generator=seeded(3)) * 3
+    seen = torch.rand(300, 2048, generator=seeded(4)) < 0.2
     penalty = torch.full((300, 1), 1.3)
     params = _params(300, 2048, top_p=0.9)
     want = sample(apply_repetition_penalty(logits, seen, penalty), params, _u(300))
@@ -57,7 +62,7 @@ def test_repetition_penalty_is_the_hf_rule(kernel: SamplingKernel) -> None:
 
 def test_without_top_p_it_draws_from_the_same_distribution(kernel: SamplingKernel) -> None:
     n, vocab = 20000, 2048
-    logits = torch.randn(1, vocab).expand(n, -1).contiguous()
+    logits = torch.randn(1, vocab, generator=seeded(5)).expand(n, -1).contiguous()
     params = _params(n, vocab)
     ours = torch.bincount(kernel.sample(logits, params, _u(n)), minlength=vocab).float() / n
     reference = torch.bincount(sample(logits, params, _u(n)), minlength=vocab).float() / n
@@ -73,14 +78,14 @@ def test_ties_at_the_cut_keep_the_lower_ids(kernel: SamplingKernel) -> None:
 
 
 def test_suppressed_logits_are_never_drawn(kernel: SamplingKernel) -> None:
-    logits = torch.randn(500, 3072)
+    logits = torch.randn(500, 3072, generator=seeded(6))
     logits[:, 2048:] = float("-inf")
     tokens = kernel.sample(logits, _params(500, 3072, top_k=50), _u(500))
     assert bool((tokens < 2048).all())
 
 
 def test_a_row_does_not_depend_on_its_batch(kernel: SamplingKernel) -> None:
-    logits = torch.randn(6, 2048)
+    logits = torch.randn(6, 2048, generator=seeded(7))
     temps, ks = [0.9, 0.0, 0.7, 1.2, 0.9, 0.5], [50, 50, 10, 2048, 30, 50]
     params = RowParams.stack(temps, ks, [1.0] * 6, list(range(6)), 2048, CPU)
     u = step_uniforms(params.seeds, torch.full((6,), 3), 2)[:, 1]  # a strided column, as the runner passes
@@ -93,9 +98,10 @@ def test_a_row_does_not_depend_on_its_batch(kernel: SamplingKernel) -> None:
 def test_bad_inputs_are_refused(kernel: SamplingKernel) -> None:
     params = _params(2, 64)
     with pytest.raises(ValueError, match="float32"):
-        kernel.sample(torch.randn(2, 64).double(), params, _u(2))
+        kernel.sample(torch.randn(2, 64, generator=seeded(8)).double(), params, _u(2))
     with pytest.raises(ValueError, match="together"):
-        kernel.sample(torch.randn(2, 64), params, _u(2), seen=torch.zeros(2, 64, dtype=torch.bool))
+        logits = torch.randn(2, 64, generator=seeded(9))
+        kernel.sample(logits, params, _u(2), seen=torch.zeros(2, 64, dtype=torch.bool))
 
 
 def test_without_a_compiler_there_is_no_kernel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
