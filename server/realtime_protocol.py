@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from server.protocol import MAX_INPUT_CHARS, ErrorDetail, Name, ResponseStatus, SamplingFields, SpeechUsage, Text
 
 PCM_RATE = 24000
-Tokens = Annotated[int, Field(ge=1)] | Literal["inf"]  # OpenAI's output token limit; codec frames here
+Tokens = Annotated[int, Field(ge=1, le=2**31 - 1)] | Literal["inf"]  # OpenAI's output token limit; codec frames here
 # OpenAI session fields about input audio, tools and tracing: accepted while empty, reported when set
 _UNSUPPORTED = ("input_audio_format", "input_audio_transcription", "input_audio_noise_reduction", "turn_detection",
                 "tools", "tool_choice", "include", "prompt", "tracing", "truncation", "parallel_tool_calls",

@@ -405,8 +405,11 @@ class Session:
             self.state.metrics.finished(PROTOCOL, reason, stream.usage.audio_seconds)
 
     async def _done(self, active: ActiveResponse, status: ResponseStatus, details: dict[str, Any] | None) -> None:
-        self.active = None
+        """The closing events; the response stays the active one until they are out, so that a next response's
+        events cannot come between them."""
         await self.send_all(active.closing(self._eid, status, details))
+        if self.active is active:
+            self.active = None
         if self.state.draining:
             await self.close()
 

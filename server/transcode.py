@@ -21,7 +21,8 @@ from output_builder.encoders_av import PcmResampler
 
 ATEMPO_MIN, ATEMPO_MAX = 0.5, 2.0  # per atempo instance; wider factors chain several
 FLUSH_PAD_S = 0.2  # silence pushed through atempo at the end, so its window lets the last real samples out
-TAIL_SLACK_S = 0.005  # atempo's output overshoots its ideal length by a few ms at most; more is padding
+SILENT = 8  # |sample| at most this (-72 dBFS) is the padding's silence, which atempo does not leave at exactly 0
+TAIL_SLACK_S = 0.05  # how far past the ideal length real samples are looked for (atempo overshoots at high speeds)
 
 
 def atempo_chain(speed: float) -> list[float]:
@@ -63,14 +64,19 @@ class Tempo:
         return out
 
     def drain(self) -> np.ndarray:
-        if self._graph is None:
+        if self._graph is None or self._pts == 0:
+            self._graph = None
             return np.zeros(0, dtype=np.int16)
-        stretched = round(self._pts / self._speed) + round(TAIL_SLACK_S * self._rate)
+        ideal = round(self._pts / self._speed) - self._out  # samples still due
         self._push(np.zeros(round(FLUSH_PAD_S * self._rate), dtype=np.int16))
         self._graph.push(None)
-        out = self._pull()[: max(0, stretched - self._out)]
+        out = self._pull()
         self._graph = None
-        return out
+        # past the ideal length: what atempo still lets out of the real tail (it overshoots by up to a few tens of
+        # ms at high speeds), up to the padding's silence
+        tail = out[max(0, ideal) : max(0, ideal) + round(TAIL_SLACK_S * self._rate)]
+        beyond = np.flatnonzero(np.abs(tail.astype(np.int32)) > SILENT)
+        return out[: max(0, ideal) + (int(beyond[-1]) + 1 if beyond.size else 0)]
 
     def _push(self, pcm: np.ndarray) -> None:
         assert self._graph is not None

@@ -38,6 +38,7 @@ class Seq:
     prefill_len: int = 0
     join_step: int = 0  # the step that prefilled it (shifted forward by time spent paused)
     paused_at: int = 0
+    pause_on_join: bool = False  # asked to pause while it waited for a slot: it pauses right after its prefill
     deadline: int = -1  # the last step it runs
 
     def frames_after(self, step: int) -> int:
@@ -72,7 +73,12 @@ class Scheduler:
         return len(self.running)
 
     def add(self, seq: Seq) -> None:
-        self.waiting.append(seq)
+        """Queue `seq`. A long text's next segment goes first: its request is already playing, and waiting behind
+        newer requests would be a silence in the middle of its audio."""
+        if seq.segment > 0:
+            self.waiting.appendleft(seq)
+        else:
+            self.waiting.append(seq)
         self.by_id[seq.request_id] = seq
 
     def has_work(self) -> bool:
@@ -132,6 +138,9 @@ class Scheduler:
                 self._file_deadline(seq)
             self.running.extend(plan.prefill)
             self._rebuild()
+            for seq in plan.prefill:
+                if seq.pause_on_join:
+                    self.set_paused(seq, True, step)
 
     def expire(self, step: int) -> None:
         """Finish the sequences whose last step was `step`."""
@@ -170,7 +179,9 @@ class Scheduler:
         return True
 
     def set_paused(self, seq: Seq, paused: bool, step: int) -> None:
-        if seq.status is SeqStatus.RUNNING and paused and seq in self.running:
+        if seq.status is SeqStatus.WAITING:
+            seq.pause_on_join = paused
+        elif seq.status is SeqStatus.RUNNING and paused and seq in self.running:
             seq.status, seq.paused_at, seq.deadline = SeqStatus.PAUSED, step, -1
             self._rebuild()
         elif seq.status is SeqStatus.PAUSED and not paused:

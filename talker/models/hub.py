@@ -51,6 +51,11 @@ def _download(repo: str, revision: str | None) -> Path:
         RevisionNotFoundError,
     )
 
+    try:
+        from huggingface_hub.errors import IncompleteSnapshotError
+    except ImportError:  # older huggingface_hub: no such case
+        IncompleteSnapshotError = ()  # type: ignore[assignment,misc]
+
     at = f"{repo}@{revision}" if revision else repo
     try:
         return Path(snapshot_download(repo, revision=revision))
@@ -61,6 +66,9 @@ def _download(repo: str, revision: str | None) -> Path:
                               ) from None
     except RevisionNotFoundError:
         raise CheckpointError(f"{at}: the repository has no revision '{revision}'") from None
+    except IncompleteSnapshotError:
+        raise CheckpointError(f"{at} is only partly in the cache and the Hub cannot be reached to finish it; run "
+                              "`talkstream download` with the network up") from None
     except LocalEntryNotFoundError:
         why = "offline mode is on (HF_HUB_OFFLINE)" if constants.HF_HUB_OFFLINE else f"{constants.ENDPOINT} is down"
         raise CheckpointError(f"{at} is not in the cache ({constants.HF_HUB_CACHE}) and {why}") from None

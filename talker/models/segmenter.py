@@ -2,7 +2,8 @@
 
 A piece ends at a sentence boundary where it can, else at a clause boundary, else between words, else between
 characters (a long run of text without any of them). Pieces are packed greedily: each holds as many whole sentences
-(clauses, words) as fit its token budget. The pieces, stripped of the spaces around them, are the text.
+(clauses, words) as fit its token budget. The pieces, stripped of the spaces around them, are the text (a text that
+fits is returned as it is).
 
 It runs on the event loop, so its cost stays linear in the text: each unit is tokenized once and a piece's count is
 the sum of its units' (checked once per piece: a piece that the sum underestimated is split again), and a run with
@@ -25,6 +26,8 @@ def split_text(text: str, budget: int, count: Callable[[str], int],
                cut: Callable[[str, int], int] | None = None) -> list[str]:
     """Pieces of `text` of at most `budget` tokens each (as `count` measures them), at the best boundaries.
     `cut(text, n)`: where (a character index) the first n tokens of `text` end; by bisection when not given."""
+    if count(text) <= budget:  # one piece, exactly as given (its spaces are tokens too)
+        return [text]
     cutter = cut or (lambda t, n: _bisect(t, n, count))
     pieces = [p.strip() for p in _split(text, 0, budget, count, cutter)]
     return [p for p in pieces if p]

@@ -119,3 +119,28 @@ async def test_a_cancel_between_segments_leaves_nothing_behind(engine: Engine) -
             break
         await asyncio.sleep(0.01)
     assert not engine.worker.scheduler.all_seqs() and engine.stats()["slots_in_use"] == 0
+
+
+async def test_a_reader_that_falls_behind_pauses_every_segment(engine_config: EngineConfig) -> None:
+    """The next segment of a paused stream waits paused too: buffered audio stays near max_ahead_s (it grew by a
+    whole segment per join when the segment's Seq ignored the pause)."""
+    # one slot: the next segment waits for the last one's slot, and a pause meets it waiting
+    e = Engine(dataclasses.replace(engine_config, max_frames=SEGMENT_FRAMES, max_ahead_s=0.5, max_batch=1))
+    await e.start()
+    try:
+        stream = e.submit(greedy(SENTENCES * 2, "slow"))
+        out = e._outputs["slow"]
+        assert e.worker is not None
+        sched = e.worker.scheduler
+        for _ in range(3000):  # read nothing until a later segment's Seq sits paused (or everything ran)
+            seq = sched.by_id.get("slow")
+            if stream.done or (seq is not None and seq.segment >= 1 and seq.status.value == "paused"):
+                break
+            await asyncio.sleep(0.01)
+        assert stream.paused and not stream.done and out.segment >= 1
+        assert stream.buffered_seconds <= 0.5 + 1.0  # the limit, plus what is in flight when it is reached
+        async for _ in stream:  # and it still ends, once read
+            pass
+        assert stream.finish_reason is FinishReason.EOS
+    finally:
+        await e.stop()

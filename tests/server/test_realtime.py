@@ -184,6 +184,7 @@ BAD_EVENTS: list[tuple[str, str]] = [
     ("cancel without response", json.dumps({"type": "response.cancel"})),
     ("unsupported audio format", json.dumps({"type": "session.update", "session": {"output_audio_format": "g711"}})),
     ("unknown voice", json.dumps({"type": "session.update", "session": {"voice": "nobody"}})),
+    ("a limit past any frame count", json.dumps({"type": "session.update", "session": {"max_output_tokens": 2**40}})),
     ("unknown voice in response", json.dumps({"type": "conversation.item.create", "item": {"type": "message",
      "role": "user", "content": [{"type": "input_text", "text": "Hi."}]}}) + "\n"),
 ]

@@ -58,3 +58,9 @@ def test_unset_sampling_fields_take_the_generation_config(frontend: Frontend) ->
     assert (p.params.temperature, p.params.top_k, p.params.repetition_penalty) == (0.9, 50, 1.05)
     greedy = frontend.prepare(SpeechRequest(text="hi", temperature=0.0)).params
     assert greedy.greedy and greedy.temperature == 0.0
+
+
+@pytest.mark.parametrize("text", ["  Hi there  ", "\n\nHello", "tabs\tend\t"])
+def test_a_text_that_fits_one_generation_is_tokenized_exactly_as_given(frontend: Frontend, text: str) -> None:
+    prompt = frontend.prepare(SpeechRequest(text=text)).prompt
+    assert prompt.text_ids == frontend.tokenizer.assistant(text)

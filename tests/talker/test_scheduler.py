@@ -138,3 +138,26 @@ def test_an_aside_prefill_joins_at_the_step_in_flight_and_moves_no_running_row()
     assert b.status is SeqStatus.DONE and a.status is SeqStatus.RUNNING
     s.advance(s.schedule(), 3)
     assert a.status is SeqStatus.DONE
+
+
+def test_a_pause_that_meets_a_waiting_seq_takes_effect_when_it_joins() -> None:
+    """A long text's next segment may still wait for a slot when its reader falls behind: the pause holds."""
+    s = Scheduler(max_batch=2, max_prefills=2, max_len=100)
+    q, r = _seq(0), _seq(1)
+    s.add(q)
+    s.set_paused(q, True, 0)
+    s.add(r)
+    s.set_paused(r, True, 0)
+    s.set_paused(r, False, 0)  # and a resume before it joins cancels it
+    _step(s, 0)
+    assert q.status is SeqStatus.PAUSED and r.status is SeqStatus.RUNNING
+    assert [x.request_id for x in s.schedule().batch] == ["r1"]
+
+
+def test_a_later_segment_goes_before_newer_requests() -> None:
+    s = Scheduler(max_batch=1, max_prefills=1, max_len=100)
+    newer, segment = _seq(0), _seq(1)
+    segment.segment = 1
+    s.add(newer)
+    s.add(segment)
+    assert s.schedule().prefill == [segment]
