@@ -1,15 +1,20 @@
-"""`talkstream` commands: say (remote and --local), export-tiny, bench serve, and the argument parser."""
+"""`talkstream` commands: serve's wiring, say (remote and --local) with its options, export-tiny (both sizes), bench
+serve, and the argument parser."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 import soundfile as sf
+import torch
 
 from server import cli
+from talker.config import EngineConfig
 from tests.server.audio import seconds
 from tests.server.conftest import LiveServer
 
@@ -90,3 +95,97 @@ def test_serve_flags_parse() -> None:
 def test_serve_rejects_a_missing_model_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["serve", "--model", str(tmp_path / "nope")]) == 2
     assert "checkpoint directory" in capsys.readouterr().err
+
+
+def test_serve_flags_and_the_api_key_variable_reach_the_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`talkstream serve`'s wiring, without a server: what reaches create_app and the server runner."""
+    import server.app
+    import server.drain
+
+    made: dict[str, Any] = {}
+
+    def create_app(configs: list[EngineConfig], api_key: str | None, **options: Any) -> object:
+        made.update(configs=configs, api_key=api_key, **options)
+        return object()
+
+    class Runner:
+        def __init__(self, config: Any, state: Any, timeout: float) -> None:
+            made["uvicorn"], made["drain_timeout"] = config, timeout
+
+        def run(self) -> None:
+            made["ran"] = True
+
+    monkeypatch.setattr(server.app, "create_app", create_app)
+    monkeypatch.setattr(server.drain, "DrainingServer", Runner)
+    monkeypatch.setattr("server.state.state_of", lambda app: None)
+    monkeypatch.setenv("TALKSTREAM_API_KEY", "from-the-environment")
+    assert cli.main(["serve", "--cors-origins", "https://a.example, https://b.example", "--log-input",
+                     "--codec-timeout", "7.5", "--shutdown-timeout", "4", "--port", "9123"]) == 0
+    assert made["ran"] and made["api_key"] == "from-the-environment"
+    assert made["cors_origins"] == ["https://a.example", "https://b.example"] and made["log_input"] is True
+    assert [c.codec_timeout_s for c in made["configs"]] == [7.5]
+    assert made["shutdown_timeout"] == made["drain_timeout"] == 4 and made["uvicorn"].port == 9123
+    made.clear()
+    assert cli.main(["serve", "--api-key", "from-the-flag"]) == 0  # a flag wins over the environment
+    assert made["api_key"] == "from-the-flag" and made["cors_origins"] is None and made["log_input"] is False
+
+
+SAY = {"voice": "ben", "speed": 2.0, "seed": 5, "instructions": "Speak calmly."}
+
+
+def test_say_sends_each_of_its_options(live: LiveServer, tmp_path: Path) -> None:
+    """The file `say` writes is what a request with its options gets, and each option changes that audio (so a
+    dropped one would show). Not the voice: the tiny model's random weights give every speaker the same audio, so
+    test_say_reports_server_errors shows that --voice reaches the server."""
+    text, out = "Options, all of them.", tmp_path / "options.audio"
+    assert cli.main(["say", text, "-o", str(out), "--url", live.url, "--format", "pcm", "--voice", "ben",
+                     "--speed", "2", "--seed", "5", "--instructions", "Speak calmly."]) == 0
+
+    def served(**fields: Any) -> bytes:
+        body = {"model": "tts-1", "input": text, "response_format": "pcm", **fields}
+        resp = httpx.post(live.url + "/v1/audio/speech", json=body, timeout=60)
+        assert resp.status_code == 200
+        return resp.content
+
+    assert out.read_bytes() == served(**SAY)
+    for name, other in (("speed", 1.0), ("seed", 6), ("instructions", None)):
+        changed = {k: v for k, v in {**SAY, name: other}.items() if v is not None}
+        assert served(**changed) != out.read_bytes(), name
+
+
+def test_say_local_sends_each_of_its_options(tiny_cache: Path, tmp_path: Path, live: LiveServer,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """--local runs its own engine with the same options: the same audio as the server's, for a format named by
+    --format (the file's extension says nothing)."""
+    monkeypatch.setenv("TALKSTREAM_CACHE_DIR", str(tiny_cache))
+    monkeypatch.setenv("TALKSTREAM_WARMUP", "0")
+    text, out = "Options, all of them.", tmp_path / "local.audio"
+    assert cli.main(["say", text, "-o", str(out), "--local", "--device", "cpu", "--format", "pcm", "--voice", "ben",
+                     "--speed", "2", "--seed", "5", "--instructions", "Speak calmly."]) == 0
+    resp = httpx.post(live.url + "/v1/audio/speech", timeout=60,
+                      json={"model": "tts-1", "input": text, "response_format": "pcm", **SAY})
+    assert resp.status_code == 200 and len(resp.content) > 0
+    assert out.read_bytes() == resp.content
+
+
+def test_export_tiny_at_the_0_6b_size_writes_a_checkpoint_the_loader_takes(tmp_path: Path) -> None:
+    """`talkstream export-tiny DIR --size 0.6b`: Qwen3-TTS-12Hz-0.6B's layer sizes in config.json, and weights whose
+    names and shapes are the ones the loader builds from it (checked from the file's header: 2.4 GB not read)."""
+    from safetensors import safe_open
+
+    from talker.models.qwen3_tts.config import Qwen3TTSConfig
+    from talker.models.qwen3_tts.model import Qwen3TTSModel
+
+    out = tmp_path / "big"
+    assert cli.main(["export-tiny", str(out), "--size", "0.6b"]) == 0
+    cfg = Qwen3TTSConfig.load(out)  # as load_talker reads it
+    assert (cfg.talker.num_layers, cfg.talker.hidden_size, cfg.talker.num_heads, cfg.talker.num_kv_heads) == (
+        28, 1024, 16, 8)
+    assert (cfg.predictor.num_layers, cfg.predictor.hidden_size) == (5, 1024)
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in Qwen3TTSModel(cfg).state_dict().items()}
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        written = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 (not a dict)
+    assert written == expected
+    assert sum(n for shape in written.values() for n in [int(np.prod(shape))]) > 400_000_000
+    assert (out / "speech_tokenizer" / "config.json").is_file() and (out / "tokenizer.json").is_file()

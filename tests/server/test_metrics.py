@@ -1,14 +1,22 @@
-"""Listings, health, OpenAPI docs and Prometheus metrics; a disconnect mid-stream frees its slot."""
+"""Listings, health (starting, ready, dead), OpenAPI docs and Prometheus metrics; a disconnect mid-stream frees its
+slot."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from websockets.sync.client import connect
 
+from output_builder.engine import Engine
 from server.app import create_app
 from server.state import state_of
 from talker.config import EngineConfig
@@ -104,3 +112,95 @@ def test_disconnect_mid_stream_frees_the_slot(live: LiveServer, client: httpx.Cl
         time.sleep(0.05)
     assert idle, metrics
     assert metrics["talkstream_requests_total{outcome=cancelled,protocol=http}"] == cancelled + 1
+
+
+def health_of(url: str) -> httpx.Response | None:
+    try:
+        return httpx.get(url + "/health", timeout=10)
+    except httpx.TransportError:  # not listening yet
+        return None
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Polls `check`; the deadline only bounds a wait that would otherwise hang a failing test."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def test_a_starting_server_answers_503_then_serves(make_server: Callable[..., LiveServer],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's load is held until the test has seen the server answer while it starts (no race with a fast
+    load): /health and requests get 503 with Retry-After, and the same server serves once it is released."""
+    loading, release = threading.Event(), threading.Event()
+    load = Engine._load
+
+    def held_load(engine: Engine) -> object:
+        loading.set()
+        release.wait(60)
+        return load(engine)
+
+    monkeypatch.setattr(Engine, "_load", held_load)
+    server = make_server(wait_ready=False)
+    try:
+        wait_for(lambda: loading.is_set() and health_of(server.url) is not None)
+        health = health_of(server.url)
+        assert health is not None and health.status_code == 503 and health.json()["status"] == "starting"
+        assert int(health.headers["retry-after"]) >= 1
+        resp = httpx.post(server.url + "/v1/audio/speech", json={"model": "tts-1", "input": "Hi.", "voice": "alloy"},
+                          timeout=10)
+        assert resp.status_code == 503 and resp.json()["error"]["type"] == "server_error"
+        assert int(resp.headers["retry-after"]) >= 1
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            assert scrape(client)["talkstream_engine_ready"] == 0
+    finally:
+        release.set()
+    wait_for(lambda: (h := health_of(server.url)) is not None and h.status_code == 200)
+    resp = httpx.post(server.url + "/v1/audio/speech", timeout=60,
+                      json={"model": "tts-1", "input": "Hi.", "voice": "alloy", "response_format": "pcm"})
+    assert resp.status_code == 200 and len(resp.content) > 0
+
+
+def test_metrics_count_websocket_first_audio_and_failed_requests(make_server: Callable[..., LiveServer]) -> None:
+    server = make_server()
+    assert server.engine.worker is not None
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        before = scrape(client)
+        with connect(server.ws_url, max_size=None, open_timeout=30) as ws:
+            ws.recv(timeout=30)
+            ws.send(json.dumps({"type": "input_text_buffer.append", "text": "Count my first audio."}))
+            ws.send(json.dumps({"type": "input_text_buffer.commit"}))
+            while json.loads(ws.recv(timeout=30))["type"] != "response.done":
+                pass
+
+        def fail(stage: str, batch: object) -> None:
+            raise RuntimeError("injected")
+
+        server.engine.worker.fault_hook = fail
+        try:
+            failed = client.post("/v1/audio/speech", json={"model": "tts-1", "input": "Fail.", "voice": "alloy"})
+        finally:
+            server.engine.worker.fault_hook = None
+        assert failed.status_code == 500
+        after = scrape(client)
+
+    def grew(name: str) -> float:
+        return after.get(name, 0) - before.get(name, 0)
+
+    assert grew("talkstream_time_to_first_audio_seconds_count{protocol=ws}") == 1
+    assert grew("talkstream_requests_total{outcome=eos,protocol=ws}") == 1
+    assert grew("talkstream_requests_total{outcome=error,protocol=http}") == 1
+    assert grew("talkstream_errors_total{code=generation_error,type=server_error}") == 1
+    assert grew("talkstream_time_to_first_audio_seconds_count{protocol=http}") == 0  # it never had audio
+
+
+def test_engine_ready_reads_0_once_the_engine_is_dead(make_server: Callable[..., LiveServer]) -> None:
+    server = make_server()
+    loaded = server.engine._loaded
+    assert loaded is not None and loaded.codec_process is not None
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        assert scrape(client)["talkstream_engine_ready"] == 1
+        os.kill(loaded.codec_process.pid, signal.SIGKILL)  # the engine cannot go on without its codec
+        wait_for(lambda: client.get("/health").json()["status"] == "dead")
+        assert scrape(client)["talkstream_engine_ready"] == 0

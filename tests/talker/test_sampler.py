@@ -55,6 +55,20 @@ def test_top_k_and_top_p_restrict_candidates() -> None:
     assert bool((sample(peaked, _params(200, top_p=0.5), u) == 7).all())
 
 
+@pytest.mark.parametrize("top_p", [1.0, 0.99])
+def test_top_k_restricts_the_torch_path(top_p: float) -> None:
+    """Rows with different k (and with top-p) take the torch path, not the host one: each row's token is among
+    its own k best, and a flat distribution does reach past the smallest k."""
+    logits = torch.randn(300, 64, generator=seeded(8)) * 0.1  # nearly flat: only top-k keeps a draw in the top
+    ks = [3 if i % 2 else 10 for i in range(300)]
+    params = RowParams.stack([1.0] * 300, ks, [top_p] * 300, list(range(300)), 64, torch.device("cpu"))
+    u = step_uniforms(params.seeds, torch.zeros(300, dtype=torch.long), 1)[:, 0]
+    tokens = sample(logits, params, u)
+    rank = (logits > logits.gather(1, tokens[:, None])).sum(-1)  # 0 for the best
+    assert bool((rank < torch.tensor(ks)).all())
+    assert int(rank[0::2].max()) >= 3  # the k=10 rows use more than the k=3 rows' candidates
+
+
 @pytest.mark.parametrize(("top_k", "top_p"), [(0, 1.0), (10, 1.0), (10, 0.99)])  # (10, 1.0): the numpy path
 def test_sampling_follows_the_distribution(top_k: int, top_p: float) -> None:
     probs = torch.tensor([0.5, 0.3, 0.2] + [0.0] * 61)
