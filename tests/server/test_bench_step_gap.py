@@ -1,4 +1,5 @@
-"""`talkstream bench step-gap`: both output modes on one workload, with the same audio and the same codes."""
+"""`talkstream bench step-gap` (through the command line): both output modes on one workload, with the same audio
+and the same codes."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from server import bench_step_gap
+from server import bench_step_gap, cli
 
 
 def test_both_modes_agree_and_the_timeline_is_written(tiny_cache: Path, tmp_path: Path,
@@ -15,7 +16,7 @@ def test_both_modes_agree_and_the_timeline_is_written(tiny_cache: Path, tmp_path
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("TALKSTREAM_CACHE_DIR", str(tiny_cache))
     svg = tmp_path / "timeline.svg"
-    assert bench_step_gap.main(["--batch", "3", "--steps", "24", "--svg", str(svg), "--json"]) == 0
+    assert cli.main(["bench", "step-gap", "--batch", "3", "--steps", "24", "--svg", str(svg), "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["identical"] and out["identical_codes"] and out["max_sample_diff"] == 0
     assert out["sync"]["steps"] > 0 and out["async"]["gap_us_p50"] > 0

@@ -28,7 +28,7 @@ from tests.server.test_abort_paths import LONG_TEXT, speech
 
 class Served:
     def __init__(self, cache: Path, *flags: str, soft_nofile: int | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, log: Path | None = None) -> None:
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
@@ -38,7 +38,8 @@ class Served:
         cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port), "--log-level", "warning", *flags]
         if soft_nofile is not None:  # started with a lower soft open-file limit (the shell execs: same pid)
             cmd = ["sh", "-c", f'ulimit -Sn {soft_nofile} && exec "$@"', "sh", *cmd]
-        self.proc = subprocess.Popen(cmd, env=env)
+        with log.open("wb") if log else contextlib.nullcontext() as err:  # `log`: its stderr goes there
+            self.proc = subprocess.Popen(cmd, env=env, stderr=err)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and self.proc.poll() is None:
             try:
@@ -224,14 +225,49 @@ def test_a_hung_codec_process_dies_with_a_killed_server(serve: type[Served]) -> 
         assert gone(codec)
 
 
-def test_a_hung_codec_process_dies_with_a_server_whose_engine_died(serve: type[Served]) -> None:
-    server = serve("--codec-timeout", "1")
+def test_a_hung_codec_process_dies_with_a_server_whose_engine_died(serve: type[Served], tmp_path: Path) -> None:
+    """--codec-timeout is the engine's: the log names the timeout it gave up after. Without --log-input (even at
+    --log-level info) the request's text is not in the log."""
+    log = tmp_path / "serve.log"
+    server = serve("--codec-timeout", "1", "--log-level", "info", log=log)
     [codec] = server.children()
     with stopped(codec):
         with contextlib.suppress(httpx.TransportError):  # the decode times out: the engine is dead
-            httpx.post(server.url + "/v1/audio/speech", json=speech(input="Hello."), timeout=30)
+            httpx.post(server.url + "/v1/audio/speech", json=speech(input="Nobody logs this."), timeout=30)
         assert server.proc.wait(30) == 3  # os._exit: the engine's stop (which would kill the codec) never runs
         assert gone(codec)
+    text = log.read_text()
+    assert "the codec decode took longer than 1 s" in text and "Nobody logs this." not in text
+
+
+def test_serve_flags_cors_log_input_api_key_from_the_environment_and_a_model_directory(
+    serve: type[Served], tiny_dir: Path, tmp_path: Path,
+) -> None:
+    """One `talkstream serve` with the README's flags: --model PATH (served under the directory's name),
+    --cors-origins, --log-input, and TALKSTREAM_API_KEY from the environment."""
+    model = tmp_path / "My-Checkpoint"
+    model.symlink_to(tiny_dir, target_is_directory=True)
+    log = tmp_path / "serve.log"
+    server = serve("--model", str(model), "--cors-origins", "https://a.example,https://b.example", "--log-input",
+                   "--log-level", "info", env={"TALKSTREAM_API_KEY": "env-key"}, log=log)
+    auth = {"Authorization": "Bearer env-key"}
+    assert httpx.get(server.url + "/v1/models", timeout=10).status_code == 401
+    models = httpx.get(server.url + "/v1/models", headers=auth, timeout=10).json()["data"]
+    assert models[0]["id"] == "My-Checkpoint"
+    secret = "A sentence only the log should repeat."
+    spoken = httpx.post(server.url + "/v1/audio/speech", headers=auth, timeout=60, json={
+        "model": "My-Checkpoint", "input": secret, "voice": "alloy", "response_format": "pcm"})
+    assert spoken.status_code == 200 and len(spoken.content) > 0
+    unknown = httpx.post(server.url + "/v1/audio/speech", headers=auth, timeout=10,
+                         json={"model": "tiny", "input": "Hi.", "voice": "alloy"})
+    assert unknown.status_code == 404  # "tiny" is not what this server serves
+    for origin, allowed in (("https://b.example", True), ("https://c.example", False)):
+        preflight = httpx.options(server.url + "/v1/audio/speech", timeout=10, headers={
+            "Origin": origin, "Access-Control-Request-Method": "POST"})
+        assert (preflight.headers.get("access-control-allow-origin") == origin) is allowed
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(30) == 0
+    assert secret in log.read_text()
 
 
 def test_serve_raises_the_open_file_limit(serve: type[Served]) -> None:
