@@ -141,6 +141,19 @@ async def test_bad_input_fails_before_engine_work(engine: Engine) -> None:
     assert_idle(engine)
 
 
+async def test_a_generation_is_capped_at_half_of_max_len(engine_config: EngineConfig) -> None:
+    """The README's MAX_FRAMES: "capped at half of MAX_LEN" (the other half holds the prompt)."""
+    e = Engine(dataclasses.replace(engine_config, max_len=96, max_frames=1024))
+    await e.start()
+    try:
+        assert e._loaded is not None and e._loaded.frontend.max_frames == 48
+        stream = e.submit(SpeechRequest(text=TEXT, seed=1, temperature=0.0))
+        audio = await collect(stream)
+        assert stream.finish_reason is FinishReason.EOS and audio.size == stream.usage.frames * 1920 > 0
+    finally:
+        await e.stop()
+
+
 async def test_full_engine_refuses_with_busy(engine_config: EngineConfig) -> None:
     e = Engine(dataclasses.replace(engine_config, max_batch=1, max_queue=1))
     await e.start()

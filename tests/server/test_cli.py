@@ -14,6 +14,7 @@ import soundfile as sf
 import torch
 
 from server import cli
+from server.http_protocol import default_max_connections
 from talker.config import EngineConfig
 from tests.server.audio import seconds
 from tests.server.conftest import LiveServer
@@ -119,15 +120,22 @@ def test_serve_flags_and_the_api_key_variable_reach_the_app(monkeypatch: pytest.
     monkeypatch.setattr(server.drain, "DrainingServer", Runner)
     monkeypatch.setattr("server.state.state_of", lambda app: None)
     monkeypatch.setenv("TALKSTREAM_API_KEY", "from-the-environment")
+    monkeypatch.setenv("TALKSTREAM_MAX_BATCH", "5")
+    monkeypatch.setenv("TALKSTREAM_MAX_QUEUE", "7")
     assert cli.main(["serve", "--cors-origins", "https://a.example, https://b.example", "--log-input",
-                     "--codec-timeout", "7.5", "--shutdown-timeout", "4", "--port", "9123"]) == 0
+                     "--codec-timeout", "7.5", "--shutdown-timeout", "4", "--port", "9123", "--max-connections", "11",
+                     "--max-batch", "3"]) == 0
     assert made["ran"] and made["api_key"] == "from-the-environment"
     assert made["cors_origins"] == ["https://a.example", "https://b.example"] and made["log_input"] is True
-    assert [c.codec_timeout_s for c in made["configs"]] == [7.5]
-    assert made["shutdown_timeout"] == made["drain_timeout"] == 4 and made["uvicorn"].port == 9123
+    [config] = made["configs"]
+    assert config.codec_timeout_s == 7.5
+    assert (config.max_batch, config.max_queue) == (3, 7)  # flags win over the environment, which wins over defaults
+    assert made["shutdown_timeout"] == made["drain_timeout"] == 4
+    assert (made["uvicorn"].port, made["uvicorn"].limit_concurrency) == (9123, 11)
     made.clear()
     assert cli.main(["serve", "--api-key", "from-the-flag"]) == 0  # a flag wins over the environment
     assert made["api_key"] == "from-the-flag" and made["cors_origins"] is None and made["log_input"] is False
+    assert made["uvicorn"].limit_concurrency == default_max_connections()  # half the open-file limit
 
 
 SAY = {"voice": "ben", "speed": 2.0, "seed": 5, "instructions": "Speak calmly."}

@@ -349,6 +349,21 @@ def test_the_ga_session_shape_is_applied_and_unsupported_fields_are_reported(ws:
     assert len(audio) == 2 * 5 * 1920
 
 
+def test_the_beta_session_shape_is_applied(ws: ClientConnection) -> None:
+    """The README's beta names: voice, speed, output_audio_format "pcm16" and max_response_output_tokens."""
+    send(ws, "session.update", session={"voice": "ben", "speed": 2.0, "output_audio_format": "pcm16",
+                                        "max_response_output_tokens": 4})
+    updated = recv(ws)
+    assert updated["type"] == "session.updated" and updated["session"]["voice"] == "ben"
+    send(ws, "input_text_buffer.append", text=LONG_TEXT[:200])
+    send(ws, "input_text_buffer.commit")
+    events, audio = until_done(ws)
+    done = assert_sequence(events, "incomplete")
+    assert done["status_details"] == {"type": "incomplete", "reason": "max_output_tokens"}
+    assert done["usage"]["output_tokens"] == 4
+    assert len(audio) == pytest.approx(2 * 4 * 1920 / 2.0, abs=2 * 240)  # 4 frames at twice the speed
+
+
 def test_a_non_pcm_format_is_refused_and_a_text_only_session_is_reported(ws: ClientConnection) -> None:
     send(ws, "session.update", session={"audio": {"output": {"format": {"type": "audio/pcmu"}}}})
     assert recv(ws)["error"]["code"] == "invalid_event"

@@ -14,6 +14,7 @@ from openai import OpenAI
 
 from tests.server.audio import PCM_RATE, decode, parse_wav_header, seconds
 from tests.server.conftest import LiveServer
+from tests.server.leaks import scrape
 
 TEXT = "Hello from the streaming speech server, this is a test."
 LONG_TEXT = "This sentence keeps going on and on so that the audio lasts for a good while. " * 12
@@ -231,6 +232,18 @@ def test_a_response_cut_by_a_limit_says_so_in_its_done_event(make_server: Callab
     events = sse_events(server, body(input="Hello there.", response_format="pcm", stream_format="sse"))
     assert events[-1]["status"] == "incomplete"
     assert events[-1]["status_details"] == {"type": "incomplete", "reason": "max_output_tokens"}
+
+
+def test_a_plain_stream_cut_by_a_limit_ends_normally_and_is_counted(make_server: Callable[..., LiveServer]) -> None:
+    """A plain audio stream has no place for a status: one a limit cut ends like a complete one (whole frames, the
+    chunked transfer's last chunk: httpx would raise on a truncated one) and the metrics count it."""
+    server = make_server(max_frames=1)
+    counted = 'talkstream_requests_total{outcome="max_frames",protocol="http"}'
+    before = scrape(server.url).get(counted, 0)
+    resp = httpx.post(server.url + "/v1/audio/speech", json=body(input="Hello there.", response_format="pcm"),
+                      timeout=60)
+    assert resp.status_code == 200 and len(resp.content) > 0 and len(resp.content) % (2 * 1920) == 0
+    assert scrape(server.url)[counted] == before + 1
 
 
 def test_a_plain_get_of_the_realtime_endpoint_is_426(live: LiveServer) -> None:
