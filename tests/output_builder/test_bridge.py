@@ -75,6 +75,38 @@ def test_a_final_chunk_without_frames_counts_nothing() -> None:
     assert [len(c) for _, c in calls] == [2]
 
 
+def test_a_call_fills_the_cap_exactly_after_a_split() -> None:
+    outs = [output(f"r{i}") for i in range(3)]
+    calls = pipeline(Recorder(), batch_frames=8).batches([job(outs[0], 8), job(outs[1], 4), job(outs[2], 4)])
+    assert [[j.out.request_id for j in c] for _, c in calls] == [["r0"], ["r1", "r2"]]
+
+
+class Closes(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed: list[int] = []
+
+    def close_stream(self, sid: int) -> None:
+        self.closed.append(sid)
+
+
+def test_the_decoder_skips_ended_streams_and_tracks_the_codec_state_it_holds() -> None:
+    """A chunk of a stream that has ended (cancelled) is not decoded and opens no codec state; a final chunk with
+    no frames makes no codec call; `open_streams` (the leak gauge) holds exactly the streams with state."""
+    backend = Closes()
+    decoder = ChunkDecoder(backend)  # type: ignore[arg-type]
+    live, gone = output("live"), output("gone")
+    gone.stream.cancel()
+    pcm = decoder.decode([job(live, 2), job(gone, 2), ChunkJob(live, None, None)])
+    assert backend.calls == [[live.stream_id]]
+    assert pcm[0] is not None and pcm[0].size == 2 * 1920 and pcm[1] is None and pcm[2] is None
+    assert decoder.open_streams == {live.stream_id}
+    assert decoder.decode([ChunkJob(live, None, None)]) == [None] and len(backend.calls) == 1
+    decoder.release(live)
+    decoder.release(live)  # once only
+    assert decoder.open_streams == set() and backend.closed == [live.stream_id]
+
+
 @dataclass
 class Row:
     sink: RequestOutput

@@ -364,6 +364,20 @@ def test_the_beta_session_shape_is_applied(ws: ClientConnection) -> None:
     assert len(audio) == pytest.approx(2 * 4 * 1920 / 2.0, abs=2 * 240)  # 4 frames at twice the speed
 
 
+def test_response_create_output_fields_apply_to_that_response_only(ws: ClientConnection) -> None:
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": LONG_TEXT[:200]}]}
+    send(ws, "conversation.item.create", item=item)
+    assert [recv(ws)["type"] for _ in range(2)] == ["conversation.item.added", "conversation.item.done"]
+    send(ws, "response.create", response={"max_output_tokens": 3})
+    events, audio = until_done(ws)
+    done = assert_sequence(events, "incomplete")
+    assert done["usage"]["output_tokens"] == 3 and len(audio) == 2 * 3 * 1920
+    send(ws, "conversation.item.create", item=item)
+    assert [recv(ws)["type"] for _ in range(2)] == ["conversation.item.added", "conversation.item.done"]
+    send(ws, "response.create")  # the session's settings again: no limit
+    assert_completed(*until_done(ws))
+
+
 def test_a_non_pcm_format_is_refused_and_a_text_only_session_is_reported(ws: ClientConnection) -> None:
     send(ws, "session.update", session={"audio": {"output": {"format": {"type": "audio/pcmu"}}}})
     assert recv(ws)["error"]["code"] == "invalid_event"

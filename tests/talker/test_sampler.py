@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from talker.sampler import RowParams, apply_repetition_penalty, sample, step_uniforms
+from talker.sampler import RowParams, _mix32, _mul32, apply_repetition_penalty, sample, step_uniforms
 
 pytestmark = pytest.mark.bitexact  # exact token choices: scripts/test runs them under every CPU capability
 
@@ -108,3 +108,70 @@ def test_batch_composition_does_not_change_a_row(vocab: int, top_p: float) -> No
     full = sample(logits, params, u)
     one = RowParams.stack([0.9], [50], [top_p], [13], vocab, torch.device("cpu"))
     assert int(sample(logits[2:3], one, u[2:3])[0]) == int(full[2])
+
+
+def fmix32(x: int) -> int:
+    """MurmurHash3's 32-bit finalizer, in Python integers: the reference for the tensor version."""
+    x ^= x >> 16
+    x = (x * 0x85EBCA6B) & 0xFFFFFFFF
+    x ^= x >> 13
+    x = (x * 0xC2B2AE35) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
+def test_the_hash_helpers_are_32_bit_multiplication_and_murmur3s_finalizer() -> None:
+    xs = [0, 1, 0xFFFF, 0x10000, 0xDEADBEEF, 0xFFFFFFFF, *torch.randint(0, 2**32, (200,), generator=seeded(9))]
+    x = torch.tensor([int(v) for v in xs], dtype=torch.long)
+    for c in (0x9E3779B1, 0x27D4EB2F, 0x85EBCA6B, 0xFFFFFFFF):
+        assert _mul32(x, c).tolist() == [int(v) * c % 2**32 for v in xs]
+    assert _mix32(x).tolist() == [fmix32(int(v)) for v in xs]
+
+
+def test_a_seeds_draws_are_pinned() -> None:
+    """A seeded request's audio is the same on every machine and every version: its draws are fixed numbers, on
+    a grid of half steps of 2**-24 in (0, 1) (a change here changes every seeded output; update only on purpose)."""
+    u = step_uniforms(torch.tensor([0, 1, 7, 2**40 + 3]), torch.tensor([0, 5, 1023, 2**33]), 3)
+    assert (u * (1 << 24) - 0.5).tolist() == [[0, 10557614, 12375578], [2914454, 1957101, 1556138],
+                                              [300483, 26925, 5858557], [7540261, 297849, 9454628]]
+
+
+def _torch_path(n: int, ks: list[int], temps: list[float] | None = None, top_p: float = 0.99,
+                vocab: int = 64) -> RowParams:
+    """Top-p below 1 (or rows with different k) takes the torch path rather than the host one."""
+    temps = temps or [1.0] * n
+    return RowParams.stack(temps, ks, [top_p] * n, list(range(n)), vocab, torch.device("cpu"))
+
+
+def test_the_torch_path_keeps_greedy_rows_greedy_in_a_sampled_batch() -> None:
+    logits = torch.randn(300, 64, generator=seeded(10)) * 0.1  # nearly flat: a sampled row rarely hits the argmax
+    params = _torch_path(300, [50] * 300, [0.0 if i % 3 == 0 else 1.0 for i in range(300)])
+    u = step_uniforms(params.seeds, torch.zeros(300, dtype=torch.long), 1)[:, 0]
+    tokens, argmax = sample(logits, params, u), logits.argmax(-1)
+    assert torch.equal(tokens[0::3], argmax[0::3])
+    assert float((tokens[1::3] == argmax[1::3]).float().mean()) < 0.5
+
+
+def test_the_torch_path_reaches_every_kept_candidate() -> None:
+    """Equal logits over exactly k tokens: each is drawn about 1/k of the time, the last kept one included."""
+    logits = torch.full((3000, 64), -30.0)
+    logits[:, [5, 9, 20]] = 0.0
+    params = _torch_path(3000, [3] * 3000)
+    u = step_uniforms(params.seeds, torch.zeros(3000, dtype=torch.long), 1)[:, 0]
+    counts = torch.bincount(sample(logits, params, u), minlength=64).float() / 3000
+    assert torch.allclose(counts[[5, 9, 20]], torch.full((3,), 1 / 3), atol=0.04)
+
+
+def test_top_p_drops_a_candidate_whose_mass_before_it_reaches_p() -> None:
+    """Two equally likely tokens and top_p 0.5: the mass before the second is exactly 0.5, so only the first stays
+    (as in transformers' TopPLogitsWarper); ties keep the lower id first."""
+    logits = torch.full((500, 64), -30.0)
+    logits[:, [12, 40]] = 0.0
+    params = _torch_path(500, [10] * 500, top_p=0.5)
+    u = step_uniforms(params.seeds, torch.zeros(500, dtype=torch.long), 1)[:, 0]
+    assert set(sample(logits, params, u).tolist()) == {12}
+
+
+def test_repetition_penalty_divides_every_positive_logit() -> None:
+    logits = torch.tensor([[0.5, -0.5, 0.0, 3.0]])
+    out = apply_repetition_penalty(logits, torch.ones(1, 4, dtype=torch.bool), torch.tensor([[2.0]]))
+    assert out.tolist() == [[0.25, -1.0, 0.0, 1.5]]
