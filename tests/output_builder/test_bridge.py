@@ -16,6 +16,7 @@ from output_builder.assembler import ChunkJob, RequestOutput
 from output_builder.bridge import AsyncBridge, ChunkDecoder, OutputPipeline
 from output_builder.streams import AudioStream
 from talker.device import HostBuffer
+from talker.request import FinishReason
 from talker.snapshot import StepSnapshot
 
 EOS = 99
@@ -105,6 +106,28 @@ def test_the_decoder_skips_ended_streams_and_tracks_the_codec_state_it_holds() -
     decoder.release(live)
     decoder.release(live)  # once only
     assert decoder.open_streams == set() and backend.closed == [live.stream_id]
+
+
+def test_delivery_counts_frames_puts_audio_and_ends_the_stream_on_its_final_chunk() -> None:
+    backend = Closes()
+    pipe = pipeline(backend)
+    out = output("r")
+    pipe.decoder.decode([job(out, 1)])  # the stream now holds codec state
+    first, last = job(out, 1, first=True), ChunkJob(out, np.zeros((G, 2), dtype=np.int64), FinishReason.EOS)
+    pipe.deliver([first], [np.ones(1920, dtype=np.int16)])
+    assert (out.stream.usage.frames, out.stream.usage.samples, out.stream.done) == (1, 1920, False)
+    pipe.deliver([last, ChunkJob(output("other"), None, None)], [np.ones(2 * 1920, dtype=np.int16), None])
+    assert (out.stream.usage.frames, out.stream.usage.samples) == (3, 3 * 1920)
+    assert out.stream.finish_reason is FinishReason.EOS and out.released and backend.closed == [out.stream_id]
+    assert pipe.decoder.open_streams == set()
+
+
+def test_a_stream_released_while_its_chunk_was_on_the_way_keeps_no_codec_state() -> None:
+    decoder = ChunkDecoder(Closes())  # type: ignore[arg-type]
+    out = output("r")
+    decoder.release(out)  # on the loop, while the codec thread was about to decode its chunk
+    decoder.decode([job(out, 1)])
+    assert decoder.open_streams == set()
 
 
 @dataclass

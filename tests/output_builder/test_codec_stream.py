@@ -118,6 +118,17 @@ def test_streams_decoded_together_each_equal_their_one_shot(
         assert err <= TOL, f"{codes.shape[-1]} frames: max error {err}"
 
 
+@pytest.mark.parametrize("which", ["random_codec", "gqa_codec"])
+def test_two_streams_sharing_every_call_each_keep_their_own_state(which: str, request: pytest.FixtureRequest) -> None:
+    """The same chunk sizes put two streams in one group per call: the smallest batch whose states are packed
+    and unpacked together (a mutation test found none of the tests above forms a group of exactly two)."""
+    codec: Qwen12HzCodec = request.getfixturevalue(which)
+    streams = [random_codes(40, seed=seed) for seed in (11, 12)]
+    plans = [PLANS["two_then_eights"]] * 2
+    for codes, got in zip(streams, stream_together(codec, streams, plans), strict=True):
+        assert max_error(got, codec.decode(codes[None])[0]) <= TOL
+
+
 def test_batch_mates_do_not_change_a_stream(random_codec: Qwen12HzCodec, ops: NativeKernels | None) -> None:
     codec, codes = random_codec, random_codes(96, seed=1)
     codec.use_native(ops)

@@ -144,10 +144,11 @@ def _torch_path(n: int, ks: list[int], temps: list[float] | None = None, top_p: 
 
 def test_the_torch_path_keeps_greedy_rows_greedy_in_a_sampled_batch() -> None:
     logits = torch.randn(300, 64, generator=seeded(10)) * 0.1  # nearly flat: a sampled row rarely hits the argmax
+    logits[0::3, [7, 9]] = 5.0  # greedy rows with a tie at the top: greedy is the first, not a draw between them
     params = _torch_path(300, [50] * 300, [0.0 if i % 3 == 0 else 1.0 for i in range(300)])
     u = step_uniforms(params.seeds, torch.zeros(300, dtype=torch.long), 1)[:, 0]
     tokens, argmax = sample(logits, params, u), logits.argmax(-1)
-    assert torch.equal(tokens[0::3], argmax[0::3])
+    assert torch.equal(tokens[0::3], argmax[0::3]) and set(argmax[0::3].tolist()) == {7}
     assert float((tokens[1::3] == argmax[1::3]).float().mean()) < 0.5
 
 
