@@ -405,11 +405,14 @@ class Session:
             self.state.metrics.finished(PROTOCOL, reason, stream.usage.audio_seconds)
 
     async def _done(self, active: ActiveResponse, status: ResponseStatus, details: dict[str, Any] | None) -> None:
-        """The closing events; the response stays the active one until they are out, so that a next response's
-        events cannot come between them."""
-        await self.send_all(active.closing(self._eid, status, details))
+        """The closing events. The response stays the active one until `response.done` is about to leave: a next
+        response's events cannot come between its closing events, and a client that answers `response.done` at once
+        finds the session idle (no await lies between the release and that send taking the send lock)."""
+        *closing, done = active.closing(self._eid, status, details)
+        await self.send_all(closing)
         if self.active is active:
             self.active = None
+        await self.send(done)
         if self.state.draining:
             await self.close()
 

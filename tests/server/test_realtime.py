@@ -403,3 +403,15 @@ def test_session_instructions_and_speed_reach_the_response(live: LiveServer, ws:
     calm, _ = response(instructions="Speak calmly.")
     tok = live.engine._loaded.frontend.tokenizer  # type: ignore[union-attr]
     assert calm["input_tokens"] - plain["input_tokens"] == len(tok.instruct("Speak calmly.")) > 0
+
+
+def test_a_response_answered_at_once_finds_the_session_idle(ws: ClientConnection) -> None:
+    """The next commit sent the moment `response.done` arrives is never refused as "still in progress" (the session
+    used to release its response only after that send had returned, so a quick client could race it)."""
+    send(ws, "session.update", session={"max_output_tokens": 2})
+    assert recv(ws)["type"] == "session.updated"
+    for i in range(30):
+        send(ws, "input_text_buffer.append", text=f"Number {i}.")
+        send(ws, "input_text_buffer.commit")
+        events, _ = until_done(ws)
+        assert not [e for e in events if e["type"] == "error"], events
