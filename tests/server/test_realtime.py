@@ -13,6 +13,7 @@ from openai.types.realtime.realtime_server_event import RealtimeServerEvent
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from server import routes_realtime
 from server.routes_realtime import MAX_RESPONSES_PER_SESSION
 from tests.server.conftest import API_KEY, LiveServer
 
@@ -405,13 +406,25 @@ def test_session_instructions_and_speed_reach_the_response(live: LiveServer, ws:
     assert calm["input_tokens"] - plain["input_tokens"] == len(tok.instruct("Speak calmly.")) > 0
 
 
-def test_a_response_answered_at_once_finds_the_session_idle(ws: ClientConnection) -> None:
-    """The next commit sent the moment `response.done` arrives is never refused as "still in progress" (the session
-    used to release its response only after that send had returned, so a quick client could race it)."""
+def test_a_response_answered_at_once_finds_the_session_idle(ws: ClientConnection,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next commit sent the moment `response.done` arrives is never refused as "still in progress": the session
+    has released its response when that event leaves (it used to release it only after the send had returned, so a
+    quick client could race it; seen with uvloop in a `talkstream serve` process)."""
+    busy_at_done: list[bool] = []
+    send_event = routes_realtime.Session.send
+
+    async def watched(self: routes_realtime.Session, event: Any) -> bool:
+        if getattr(event, "type", None) == "response.done":
+            busy_at_done.append(self.active is not None)
+        return await send_event(self, event)
+
+    monkeypatch.setattr(routes_realtime.Session, "send", watched)
     send(ws, "session.update", session={"max_output_tokens": 2})
     assert recv(ws)["type"] == "session.updated"
-    for i in range(30):
+    for i in range(10):
         send(ws, "input_text_buffer.append", text=f"Number {i}.")
         send(ws, "input_text_buffer.commit")
         events, _ = until_done(ws)
         assert not [e for e in events if e["type"] == "error"], events
+    assert busy_at_done == [False] * 10
