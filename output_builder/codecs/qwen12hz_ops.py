@@ -78,6 +78,18 @@ def conv_valid(x: Tensor, weight: Tensor, bias: Tensor | None, dilation: int = 1
     return F.conv1d(x, weight, bias, dilation=dilation, groups=groups)
 
 
+def _few_channels(weight: Tensor) -> bool:
+    """Where the native conv beats torch's: few output channels (the kernel keeps 4 in registers while the taps
+    stream by). With more, oneDNN's blocked GEMM wins, by 2x at 192-384 channels and 6x for a 96-channel 1x1
+    (measured at Qwen3-TTS-12Hz-0.6B's codec sizes, docs/benchmarks.md); a real codec's last convs still qualify."""
+    c_out, c_in = weight.shape[0], weight.shape[1]
+    return c_out * c_in <= NATIVE_CONV_MAX_CHANNEL_PAIRS or c_out <= NATIVE_CONV_MAX_OUT
+
+
+NATIVE_CONV_MAX_CHANNEL_PAIRS = 256  # 16 x 16 still wins (1.1x), 32 x 32 loses (0.84x)
+NATIVE_CONV_MAX_OUT = 4  # 96 -> 1 wins 3x
+
+
 class CodecOps:
     """Dispatches each op to the native kernels when they are loaded and accept the tensors."""
 
@@ -98,7 +110,8 @@ class CodecOps:
     ) -> Tensor:
         """Valid conv1d, plus ``residual`` when given. x: [B, C_in, L] -> [B, C_out, L - (K - 1) * dilation]."""
         length = x.shape[-1] - (weight.shape[-1] - 1) * dilation
-        if self.native is not None and groups == 1 and length >= self.native.LANES and self.native.accepts(x):
+        if (self.native is not None and groups == 1 and length >= self.native.LANES and _few_channels(weight)
+                and self.native.accepts(x)):
             return self.native.conv(x, weight, bias, dilation, residual)
         if residual is not None and weight.shape[-1] == 1 and groups == 1:  # 1x1: one batched GEMM adds it
             out = torch.baddbmm(residual, weight[:, :, 0].expand(x.shape[0], -1, -1), x)
