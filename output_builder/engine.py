@@ -110,7 +110,7 @@ class Engine:
         cfg = self.config
         device = resolve_device(cfg.device)
         path = ensure_tiny(cfg.cache_dir) if cfg.model == "tiny" else resolve(cfg.model, cfg.revision)
-        talker = load_talker(path, device, resolve_dtype(cfg.dtype, device))
+        talker = load_talker(path, device, resolve_dtype(cfg.dtype, device), cfg.quantize)
         codec_dir = path / "speech_tokenizer"
         sample_rate = int(read_json(codec_dir / "config.json").get("output_sample_rate", 24000))
         codec, process = None, None

@@ -28,6 +28,7 @@ class EngineConfig:
     revision: str | None = None  # of a Hub repository: a branch, tag or commit (default: main)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16
+    quantize: str | None = None  # "int8": int8 weights for the Talker's linear layers (faster, changes the audio)
     output_mode: OutputMode = OutputMode.ASYNC
     max_batch: int = 32  # Talker slots
     max_queue: int = 64  # requests waiting for a slot before new ones are refused
@@ -68,6 +69,8 @@ class EngineConfig:
             raise ValueError("worker_nice must be in [0, 19]")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise ValueError(f"device must be auto, cpu or cuda[:N], not {self.device!r}")
+        if self.quantize not in (None, "int8"):
+            raise ValueError(f"quantize must be int8 (or unset), not {self.quantize!r}")
         if not self.model.strip():
             raise ValueError("model must be 'tiny', a checkpoint directory or a Hub repository id")
         return replace(self, output_mode=OutputMode(self.output_mode), cache_dir=Path(self.cache_dir))

@@ -158,7 +158,7 @@ class Runner:
         for g in range(1, self.groups):
             if between is not None:
                 between()
-            code = self._draw(F.linear(h, fused.heads[g - 1]).float(), bt.predictor, u[:, g])
+            code = self._draw(fused.heads[g - 1](h).float(), bt.predictor, u[:, g])
             codes.append(code)
             emb = F.embedding(code, fused.embeddings[g - 1])
             emb_sum += emb

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,8 +10,11 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from talker.models.quantize import quantize_int8
 from talker.models.qwen3_tts.config import CheckpointError, GenerationDefaults, Qwen3TTSConfig
 from talker.models.qwen3_tts.model import Qwen3TTSModel
+
+log = logging.getLogger("talkstream.loader")
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
@@ -46,7 +50,9 @@ def read_weights(directory: Path) -> dict[str, torch.Tensor]:
     return weights
 
 
-def load_talker(path: str | Path, device: torch.device, dtype: torch.dtype) -> LoadedTalker:
+def load_talker(
+    path: str | Path, device: torch.device, dtype: torch.dtype, quantize: str | None = None
+) -> LoadedTalker:
     directory = Path(path)
     if not directory.is_dir():
         raise CheckpointError(f"model directory not found: {directory}")
@@ -66,5 +72,12 @@ def load_talker(path: str | Path, device: torch.device, dtype: torch.dtype) -> L
     model.load_state_dict(weights, assign=True, strict=True)
     model = model.to(device=device, dtype=dtype)
     model.eval().requires_grad_(False)
+    if quantize == "int8":
+        if device.type == "cpu" and dtype != torch.float32:
+            raise ValueError("int8 on the CPU takes float32 activations: leave dtype at auto or float32")
+        with torch.inference_mode():
+            q = quantize_int8(model)
+        log.info("int8: %d linear layers, %.0f MiB -> %.0f MiB", q.layers, q.bytes_before / 2**20,
+                 q.bytes_after / 2**20)
     return LoadedTalker(directory, cfg, generation, model)
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+from torch import nn
 
 from output_builder.codecs.qwen12hz import CodecConfig, Qwen12HzCodec
 from talker.models.portable_random import PortableRandom
@@ -226,7 +227,8 @@ def _wire_eos_on_pad(model: Qwen3TTSModel, cfg: Qwen3TTSConfig) -> None:
     z = cfg.text_hidden_size - 1  # a text-embedding channel reserved for the flag
     t.model.text_embedding.weight[:, z] = 0.0
     t.model.text_embedding.weight[cfg.text.tts_pad, z] = 4.0
-    fc1, fc2 = t.text_projection.linear_fc1, t.text_projection.linear_fc2
+    fc1, fc2, head = t.text_projection.linear_fc1, t.text_projection.linear_fc2, t.codec_head
+    assert isinstance(fc1, nn.Linear) and isinstance(fc2, nn.Linear) and isinstance(head, nn.Linear)
     fc1.weight[:, z] = 0.0
     fc1.weight[0].zero_()
     fc1.weight[0, z] = 2.0
@@ -240,9 +242,9 @@ def _wire_eos_on_pad(model: Qwen3TTSModel, cfg: Qwen3TTSConfig) -> None:
     for layer in t.model.layers:
         layer.self_attn.o_proj.weight[0].zero_()  # type: ignore[union-attr,index]
         layer.mlp.down_proj.weight[0].zero_()  # type: ignore[union-attr,index]
-    t.codec_head.weight[:, 0] = 0.0
-    t.codec_head.weight[cfg.codec.eos].zero_()
-    t.codec_head.weight[cfg.codec.eos, 0] = 8.0
+    head.weight[:, 0] = 0.0
+    head.weight[cfg.codec.eos].zero_()
+    head.weight[cfg.codec.eos, 0] = 8.0
 
 
 def build_tokenizer() -> Tokenizer:

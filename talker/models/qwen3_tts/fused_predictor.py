@@ -20,17 +20,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from talker.models.qwen3_tts.layers import Attention, DecoderLayer, DecoderStack, rms_norm
+from talker.models.qwen3_tts.linear import Projection, projection
 from talker.models.qwen3_tts.model import CodePredictor
 
 
 @dataclass(slots=True)
 class FusedLayer:
     ln1: Tensor  # [H]
-    qkv: Tensor  # [(Hq + 2 Hkv) D, H]
-    o: Tensor  # [H, Hq D]
+    qkv: Projection  # H -> (Hq + 2 Hkv) D
+    o: Projection  # Hq D -> H
     ln2: Tensor  # [H]
-    gate_up: Tensor  # [2 I, H]
-    down: Tensor  # [H, I]
+    gate_up: Projection  # H -> 2 I
+    down: Projection  # I -> H
     rope_q: Tensor  # [P, D, D]: q_norm weight, RoPE at p, 1/sqrt(D)
     rope_k: Tensor  # [P, D, D]: k_norm weight, RoPE at p
 
@@ -45,9 +46,9 @@ class FusedPredictor:
         self.hq, self.hkv, self.d = arch_layer.num_heads, arch_layer.num_kv_heads, arch_layer.head_dim
         self.eps = stack.norm.eps
         project = cp.small_to_mtp_projection
-        self.project = (project.weight, project.bias) if isinstance(project, nn.Linear) else None
+        self.project = None if isinstance(project, nn.Identity) else projection(project)
         self.norm = stack.norm.weight
-        self.heads: list[Tensor] = [head.weight for head in cp.lm_head]  # type: ignore[misc]  # [V, H_pred] each
+        self.heads = [projection(head) for head in cp.lm_head]  # H_pred -> V each
         self.embeddings: list[Tensor] = [emb.weight for emb in stack.codec_embedding]  # type: ignore[misc]  # [V, H]
         ref = stack.norm.weight
         rot = _rope_maps(stack, positions, ref.device)  # [P, D, D] float32
@@ -66,11 +67,11 @@ class FusedPredictor:
         b, t, _ = x.shape
         x = x.reshape(b * t, -1)  # [B T, H], rows b-major
         if self.project is not None:
-            x = F.linear(x, *self.project)
+            x = self.project(x)
         for i, layer in enumerate(self.layers):
             x = x + self._attend(i, layer, rms_norm(x, layer.ln1, self.eps), b, t, start)
-            gate, up = F.linear(rms_norm(x, layer.ln2, self.eps), layer.gate_up).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate).mul_(up), layer.down)
+            gate, up = layer.gate_up(rms_norm(x, layer.ln2, self.eps)).chunk(2, dim=-1)
+            x = x + layer.down(F.silu(gate).mul_(up))
         last = x if t == 1 else x.view(b, t, -1)[:, -1]
         return rms_norm(last, self.norm, self.eps)
 
@@ -79,7 +80,7 @@ class FusedPredictor:
         hq, hkv, d = self.hq, self.hkv, self.d
         g, end = hq // hkv, start + t
         # 1. q/k/v; q/k normalised (their norm weights live in the rope maps)
-        qk, v = F.linear(x, layer.qkv).view(b, t, hq + 2 * hkv, d).split_with_sizes((hq + hkv, hkv), dim=2)
+        qk, v = layer.qkv(x).view(b, t, hq + 2 * hkv, d).split_with_sizes((hq + hkv, hkv), dim=2)
         qk = rms_norm(qk, None, self.eps)
         q = _rotate(qk[:, :, :hq], layer.rope_q, start)  # [B, T, Hq, D]
         k = _rotate(qk[:, :, hq:], layer.rope_k, start)  # [B, T, Hkv, D]
@@ -98,7 +99,7 @@ class FusedPredictor:
         out = torch.bmm(probs, values)  # [B Hkv, G T, D]
         if t > 1:
             out = out.view(b, hkv, g, t, d).permute(0, 3, 1, 2, 4)
-        return F.linear(out.reshape(b * t, hq * d), layer.o)
+        return layer.o(out.reshape(b * t, hq * d))
 
     def _mask(self, start: int, t: int, g: int, device: torch.device, dtype: torch.dtype) -> Tensor:
         mask = self._masks.get((start, t))
@@ -133,10 +134,9 @@ def _rope_maps(stack: DecoderStack, positions: int, device: torch.device) -> Ten
 
 def _fuse(layer: DecoderLayer, rot: Tensor, head_dim: int) -> FusedLayer:
     attn, mlp = layer.self_attn, layer.mlp
-    qkv, _ = attn.fuse() if attn.qkv is None else (attn.qkv, None)
-    gate_up = mlp.fuse() if mlp.gate_up is None else mlp.gate_up
-    dtype = qkv.dtype
+    qkv, _ = attn.fuse()
+    dtype = attn.q_norm.weight.dtype
     rope_q = (attn.q_norm.weight.float()[:, None] * rot / math.sqrt(head_dim)).to(dtype)
     rope_k = (attn.k_norm.weight.float()[:, None] * rot).to(dtype)
-    return FusedLayer(layer.input_layernorm.weight, qkv, attn.o_proj.weight, layer.post_attention_layernorm.weight,
-                      gate_up, mlp.down_proj.weight, rope_q, rope_k)
+    return FusedLayer(layer.input_layernorm.weight, qkv, projection(attn.o_proj), layer.post_attention_layernorm.weight,
+                      mlp.fuse(), projection(mlp.down_proj), rope_q, rope_k)

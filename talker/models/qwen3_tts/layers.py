@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from talker.models.qwen3_tts.config import DecoderArch
+from talker.models.qwen3_tts.linear import Projection, dense
 
 
 class KVStore(Protocol):
@@ -101,29 +102,28 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(h, arch.num_heads * d, bias=False)
         self.k_proj = nn.Linear(h, arch.num_kv_heads * d, bias=False)
         self.v_proj = nn.Linear(h, arch.num_kv_heads * d, bias=False)
-        self.o_proj = nn.Linear(arch.num_heads * d, h, bias=False)
+        self.o_proj: nn.Module = nn.Linear(arch.num_heads * d, h, bias=False)  # or Int8Linear once quantized
         self.q_norm = RMSNorm(d, arch.rms_norm_eps)
         self.k_norm = RMSNorm(d, arch.rms_norm_eps)
-        self.qkv: Tensor | None  # [(Hq + 2 Hkv) D, H], built by fuse()
-        self.qk_norm: Tensor | None  # [Hq + Hkv, D]
-        self.register_buffer("qkv", None, persistent=False)
-        self.register_buffer("qk_norm", None, persistent=False)
+        self.qkv: Projection | None = None  # H -> (Hq + 2 Hkv) D, built by fuse()
+        self.qk_norm: Tensor | None = None  # [Hq + Hkv, D]
 
-    def fuse(self) -> tuple[Tensor, Tensor]:
+    def fuse(self) -> tuple[Projection, Tensor]:
         """One matmul for q/k/v and one norm weight for q and k (fewer ops per step: decode is dispatch-bound).
         The projections keep views of the fused weight, so the state dict is unchanged and nothing is copied."""
-        d = self.head_dim
-        self.qkv = share_weights(self.q_proj, self.k_proj, self.v_proj)
-        self.qk_norm = torch.cat((self.q_norm.weight.expand(self.num_heads, d),
-                                  self.k_norm.weight.expand(self.num_kv_heads, d)))
+        if self.qkv is None or self.qk_norm is None:
+            d = self.head_dim
+            self.qkv = dense(share_weights(self.q_proj, self.k_proj, self.v_proj))
+            self.qk_norm = torch.cat((self.q_norm.weight.expand(self.num_heads, d),
+                                      self.k_norm.weight.expand(self.num_kv_heads, d)))
         return self.qkv, self.qk_norm
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, kv: KVStore, layer: int) -> Tensor:
         # x: [B, T, H]
-        qkv_w, qk_norm = (self.qkv, self.qk_norm) if self.qkv is not None and self.qk_norm is not None else self.fuse()
+        qkv_proj, qk_norm = self.fuse()
         b, t, _ = x.shape
         hq, hkv = self.num_heads, self.num_kv_heads
-        qkv = F.linear(x, qkv_w).view(b, t, hq + 2 * hkv, self.head_dim)
+        qkv = qkv_proj(x).view(b, t, hq + 2 * hkv, self.head_dim)
         qk = rms_norm(qkv[:, :, : hq + hkv], None, self.q_norm.eps) * qk_norm
         qk = apply_rope(qk.transpose(1, 2), cos, sin)  # [B, Hq + Hkv, T, D]
         out = kv.attend(layer, qk[:, :hq], qk[:, hq:], qkv[:, :, hq + hkv :].transpose(1, 2))
@@ -135,16 +135,16 @@ class MLP(nn.Module):
         super().__init__()
         self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
-        self.gate_up: Tensor | None  # [2 I, H], built by fuse()
-        self.register_buffer("gate_up", None, persistent=False)
+        self.down_proj: nn.Module = nn.Linear(intermediate, hidden, bias=False)  # or Int8Linear once quantized
+        self.gate_up: Projection | None = None  # H -> 2 I, built by fuse()
 
-    def fuse(self) -> Tensor:
-        self.gate_up = share_weights(self.gate_proj, self.up_proj)
+    def fuse(self) -> Projection:
+        if self.gate_up is None:
+            self.gate_up = dense(share_weights(self.gate_proj, self.up_proj))
         return self.gate_up
 
     def forward(self, x: Tensor) -> Tensor:
-        gate, up = F.linear(x, self.gate_up if self.gate_up is not None else self.fuse()).chunk(2, dim=-1)
+        gate, up = self.fuse()(x).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
 

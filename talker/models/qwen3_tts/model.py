@@ -13,8 +13,8 @@ from talker.models.qwen3_tts.layers import DecoderStack, KVStore
 class ResizeMLP(nn.Module):
     def __init__(self, inp: int, mid: int, out: int) -> None:
         super().__init__()
-        self.linear_fc1 = nn.Linear(inp, mid, bias=True)
-        self.linear_fc2 = nn.Linear(mid, out, bias=True)
+        self.linear_fc1: nn.Module = nn.Linear(inp, mid, bias=True)  # nn.Linear, or Int8Linear once quantized
+        self.linear_fc2: nn.Module = nn.Linear(mid, out, bias=True)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.linear_fc2(F.silu(self.linear_fc1(x)))
@@ -59,7 +59,7 @@ class Talker(nn.Module):
         self.cfg = cfg
         self.model = TalkerBackbone(cfg)
         self.text_projection = ResizeMLP(cfg.text_hidden_size, cfg.text_hidden_size, cfg.talker.hidden_size)
-        self.codec_head = nn.Linear(cfg.talker.hidden_size, cfg.talker.vocab_size, bias=False)
+        self.codec_head: nn.Module = nn.Linear(cfg.talker.hidden_size, cfg.talker.vocab_size, bias=False)
         self.code_predictor = CodePredictor(cfg)
 
     def embed_text(self, ids: Tensor) -> Tensor:
