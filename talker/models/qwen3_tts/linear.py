@@ -44,14 +44,15 @@ class Int8Linear(nn.Module):
     the integer products are exact, and the row's scale is multiplied back afterwards.
     """
 
-    def __init__(self, weight: Tensor, bias: Tensor | None = None) -> None:
+    def __init__(self, weight: Tensor, bias: Tensor | None = None, weight_only: bool | None = None) -> None:
+        """weight_only: the CUDA kernel (the default off the CPU; it runs on the CPU too, slowly: for tests)."""
         super().__init__()
         w = weight.detach().float()
         self.out_features, self.in_features = w.shape
         scales = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0  # [N]
         qweight = torch.round(w / scales[:, None]).clamp_(-127, 127).to(torch.int8)  # [N, K]
         self.bias = None if bias is None else bias.detach().clone()
-        self.on_cpu = weight.device.type == "cpu"
+        self.on_cpu = weight.device.type == "cpu" if weight_only is None else not weight_only
         if self.on_cpu:
             self._packed = _fbgemm_pack(qweight, scales)
         else:

@@ -1,0 +1,23 @@
+"""Torch threads per worker: the plan the engine takes from the model's size and the machine's cores."""
+
+from __future__ import annotations
+
+from talker.device import SMALL_STEP_PARAMS, Threads, thread_plan, usable_cores
+
+
+def test_a_small_model_gets_one_thread_per_worker_whatever_the_cores() -> None:
+    assert thread_plan(0, 200_000, 16) == Threads(talker=1, codec=1)
+
+
+def test_at_real_sizes_the_talker_takes_every_core_and_the_codec_one() -> None:
+    assert thread_plan(0, 1_620_000_000, 2) == Threads(talker=2, codec=1)
+    assert thread_plan(0, SMALL_STEP_PARAMS, 8) == Threads(talker=8, codec=1)
+
+
+def test_a_number_the_user_sets_applies_to_both_workers() -> None:
+    assert thread_plan(3, 200_000, 16) == Threads(3, 3)
+    assert thread_plan(1, 1_620_000_000, 2) == Threads(1, 1)
+
+
+def test_usable_cores_counts_this_process_cpus() -> None:
+    assert usable_cores() >= 1
