@@ -19,7 +19,7 @@ from output_builder.codecs.native import load_native
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
 from output_builder.streams import AudioStream
 from talker.config import EngineConfig, OutputMode
-from talker.device import DeviceLayer, resolve_device
+from talker.device import DeviceLayer, Threads, resolve_device, thread_plan, usable_cores
 from talker.models.frontend import Frontend, Prepared, Voice, load_tokenizer
 from talker.models.hub import is_directory, resolve
 from talker.models.loader import LoadedTalker, load_talker, resolve_dtype
@@ -53,6 +53,7 @@ class Loaded:
     device: torch.device
     sample_rate: int
     sampler: SamplingKernel | None  # the CPU sampling kernel, when native kernels are on and build here
+    threads: Threads
 
 
 class Engine:
@@ -79,7 +80,7 @@ class Engine:
         self._loaded = loaded = await asyncio.to_thread(self._load)
         # a thread per codec lane (AsyncBridge)
         self._codec_pool = ThreadPoolExecutor(2, "codec-worker", initializer=torch.set_num_threads,
-                                              initargs=(cfg.torch_threads,))
+                                              initargs=(loaded.threads.codec,))
         backend = loaded.codec_process or InProcessCodec(loaded.codec)  # type: ignore[arg-type]
         self.pipeline = OutputPipeline(ChunkDecoder(backend), self._mark_dead, cfg.codec_batch_frames)
         if cfg.output_mode is OutputMode.ASYNC:
@@ -95,7 +96,7 @@ class Engine:
         log.info("KV cache: %.1f MiB for %d slots (%d layers, hidden %d); native CPU kernels: codec %s, sampler %s",
                  runner.kv.nbytes / 2**20, cfg.max_batch, t.num_layers, t.hidden_size,
                  "on" if self.native_kernels else "off", "on" if loaded.sampler else "off")
-        device = DeviceLayer(loaded.device, cfg.torch_threads, nice=cfg.worker_nice)
+        device = DeviceLayer(loaded.device, loaded.threads.talker, nice=cfg.worker_nice)
         self.worker = TalkerWorker(runner, device, cfg.max_batch, self._bridge, loaded.talker.cfg.codec.eos,
                                    cfg.max_prefills_per_step, cfg.timing_ring, cfg.max_prefill_tokens,
                                    cfg.prefill_alone, cfg.prefill_midstep)
@@ -111,12 +112,16 @@ class Engine:
         device = resolve_device(cfg.device)
         path = ensure_tiny(cfg.cache_dir) if cfg.model == "tiny" else resolve(cfg.model, cfg.revision)
         talker = load_talker(path, device, resolve_dtype(cfg.dtype, device), cfg.quantize)
+        arch = talker.cfg
+        step_params = arch.talker.linear_params + (arch.num_code_groups - 1) * arch.predictor.linear_params
+        threads = thread_plan(cfg.torch_threads, step_params, usable_cores())
+        log.info("torch threads: Talker %d, codec %d (%d cores)", threads.talker, threads.codec, usable_cores())
         codec_dir = path / "speech_tokenizer"
         sample_rate = int(read_json(codec_dir / "config.json").get("output_sample_rate", 24000))
         codec, process = None, None
         kernels_dir = cfg.cache_dir if cfg.native_kernels and device.type == "cpu" else None
         if cfg.output_mode is OutputMode.ASYNC:
-            process = CodecProcess(codec_dir, str(device), cfg.torch_threads, kernels_dir, cfg.worker_nice)
+            process = CodecProcess(codec_dir, str(device), threads.codec, kernels_dir, cfg.worker_nice)
         else:
             codec = Qwen12HzCodec.from_pretrained(codec_dir, device=device)
             codec.use_native(load_native(kernels_dir) if kernels_dir else None)
@@ -124,7 +129,7 @@ class Engine:
         frontend = Frontend(talker.cfg, talker.generation, load_tokenizer(path), max_frames, cfg.text_width,
                             cfg.max_len - max_frames)
         sampler = load_sampling_kernel(kernels_dir) if kernels_dir else None
-        return Loaded(path, talker, codec, process, frontend, device, sample_rate, sampler)
+        return Loaded(path, talker, codec, process, frontend, device, sample_rate, sampler, threads)
 
     async def _warmup(self) -> None:
         frames = min(12, self.config.max_frames, self.config.max_len // 2)

@@ -46,7 +46,7 @@ class EngineConfig:
     max_ahead_s: float = 8.0  # audio buffered ahead of a reader before its request is paused
     reader_timeout_s: float = 30.0  # a reader that reads nothing for this long while audio waits is dropped
     codec_timeout_s: float = 30.0  # a codec decode call that takes longer fails its requests and kills the engine
-    torch_threads: int = 1  # per worker thread
+    torch_threads: int = 0  # per worker; 0: from the model's size (tiny 1; real sizes every core for the Talker)
     worker_nice: int = 5  # the Talker thread and the codec process yield a busy core to the event loop
     native_kernels: bool = True  # the codec's and sampler's CPU kernels, built with the system C compiler on first use
     cache_dir: Path = field(default_factory=default_cache_dir)
@@ -55,12 +55,12 @@ class EngineConfig:
 
     def validate(self) -> EngineConfig:
         positive = ("max_batch", "max_prefills_per_step", "max_prefill_tokens", "max_len", "max_frames", "text_width",
-                    "first_chunk_frames", "chunk_frames", "codec_batch_frames", "torch_threads", "timing_ring")
+                    "first_chunk_frames", "chunk_frames", "codec_batch_frames", "timing_ring")
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        if self.max_queue < 0:
-            raise ValueError("max_queue must be >= 0")
+        if self.max_queue < 0 or self.torch_threads < 0:
+            raise ValueError("max_queue and torch_threads must be >= 0")
         if self.max_ahead_s <= 0 or self.reader_timeout_s <= 0 or self.codec_timeout_s <= 0:
             raise ValueError("max_ahead_s, reader_timeout_s and codec_timeout_s must be > 0")
         if self.codec_hold_s < 0:

@@ -63,6 +63,33 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+SMALL_STEP_PARAMS = 16_000_000  # weights a step reads below which it is op dispatch, not arithmetic (tiny: ~0.1M)
+
+
+@dataclass(frozen=True, slots=True)
+class Threads:
+    talker: int  # torch threads of the Talker worker
+    codec: int  # of the codec process
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def thread_plan(requested: int, step_params: int, cores: int) -> Threads:
+    """torch threads per worker. `requested` > 0 sets both; 0 chooses from the model's size (measured,
+    docs/benchmarks-reference.md, 2 cores):
+    - a small model's step is op dispatch: one thread each, and the asyncio loop keeps a core of its own;
+    - at real sizes a step streams hundreds of MB of weights: the Talker takes every core (0.6B sizes, one request:
+      338 ms a step with 2 threads against 487 with 1), and the codec one (a second codec thread gave 0.45 against
+      0.47 audio s per s at 4 requests: it takes the Talker's core)."""
+    if requested > 0:
+        return Threads(requested, requested)
+    if step_params < SMALL_STEP_PARAMS:
+        return Threads(1, 1)
+    return Threads(max(1, cores), 1)
+
+
 @dataclass(slots=True)
 class HostBuffer:
     """A reusable host buffer for one step's codes; `in_use` until the consumer has read it."""

@@ -38,6 +38,13 @@ class DecoderArch:
     rope_theta: float
     vocab_size: int
 
+    @property
+    def linear_params(self) -> int:
+        """Weights of the stack's linear layers: what one token's pass through it reads."""
+        h, d = self.hidden_size, self.head_dim
+        attention = h * (self.num_heads + 2 * self.num_kv_heads) * d + self.num_heads * d * h
+        return self.num_layers * (attention + 3 * h * self.intermediate_size)
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DecoderArch:
         heads = int(d["num_attention_heads"])
