@@ -59,8 +59,9 @@ def parser() -> argparse.ArgumentParser:
 
     export = sub.add_parser("export-tiny", help="write the embedded tiny checkpoint to DIR")
     export.add_argument("dir", type=Path)
-    export.add_argument("--size", default="tiny", choices=("tiny", "0.6b"),
-                        help="0.6b: random weights at Qwen3-TTS-12Hz-0.6B's layer sizes (for accelerator benchmarks)")
+    export.add_argument("--size", default="tiny", choices=("tiny", "0.6b", "1.7b"),
+                        help="0.6b, 1.7b: random weights at Qwen3-TTS-12Hz-0.6B's or -1.7B's layer sizes "
+                             "(for benchmarks at real sizes)")
 
     bench = sub.add_parser("bench", help="benchmarks that print JSON (serve, step-gap)")
     bench.add_argument("name", choices=sorted(BENCHES))

@@ -105,15 +105,24 @@ CODEC = {
 }
 _LAYER_0_6B = {"hidden_size": 1024, "intermediate_size": 3072, "num_attention_heads": 16, "num_key_value_heads": 8,
                "head_dim": 128}
+_MROPE = {"interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default"}
+_PREDICTOR_REAL = {**_LAYER_0_6B, "num_hidden_layers": 5, "layer_types": ["full_attention"] * 5}
+_CODEC_REAL = {"codebook_dim": 512, "latent_dim": 1024, "hidden_size": 512, "intermediate_size": 1024,
+               "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 64,
+               "decoder_dim": 1536}
+# the real checkpoints' layer sizes (random weights, the tiny tokenizer); both project 2048-wide text embeddings
 SIZES: dict[str, dict[str, dict[str, Any]]] = {
     "tiny": {},
     "0.6b": {
-        "talker": {**_LAYER_0_6B, "num_hidden_layers": 28,
-                   "rope_scaling": {"interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default"}},
-        "predictor": {**_LAYER_0_6B, "num_hidden_layers": 5, "layer_types": ["full_attention"] * 5},
-        "codec": {"codebook_dim": 512, "latent_dim": 1024, "hidden_size": 512, "intermediate_size": 1024,
-                  "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 64,
-                  "decoder_dim": 1536},
+        "talker": {**_LAYER_0_6B, "num_hidden_layers": 28, "rope_scaling": _MROPE, "text_hidden_size": 2048},
+        "predictor": _PREDICTOR_REAL,
+        "codec": _CODEC_REAL,
+    },
+    "1.7b": {
+        "talker": {**_LAYER_0_6B, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28,
+                   "rope_scaling": _MROPE, "text_hidden_size": 2048},
+        "predictor": _PREDICTOR_REAL,
+        "codec": _CODEC_REAL,
     },
 }
 GENERATION = {
@@ -164,8 +173,8 @@ def sized(size: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
 
 
 def export_tiny(directory: Path, size: str = "tiny") -> Path:
-    """Write the tiny checkpoint to `directory` in the official layout; `size` "0.6b" gives it the layer sizes of
-    Qwen3-TTS-12Hz-0.6B (random weights, the tiny tokenizer), for benchmarks on an accelerator."""
+    """Write the tiny checkpoint to `directory` in the official layout; `size` "0.6b" or "1.7b" gives it the layer
+    sizes of Qwen3-TTS-12Hz-0.6B or -1.7B (random weights, the tiny tokenizer), for benchmarks at real sizes."""
     talker_cfg, predictor_cfg, codec_cfg = sized(size)
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
@@ -183,7 +192,8 @@ def export_tiny(directory: Path, size: str = "tiny") -> Path:
 
 def checkpoint_config(text_vocab: int, talker_cfg: dict[str, Any] = TALKER,
                       predictor_cfg: dict[str, Any] = PREDICTOR) -> dict[str, Any]:
-    talker = dict(talker_cfg, text_vocab_size=text_vocab, text_hidden_size=talker_cfg["hidden_size"])
+    talker = dict(talker_cfg, text_vocab_size=text_vocab,
+                  text_hidden_size=talker_cfg.get("text_hidden_size", talker_cfg["hidden_size"]))
     talker["code_predictor_config"] = predictor_cfg
     return {
         "architectures": ["Qwen3TTSForConditionalGeneration"],

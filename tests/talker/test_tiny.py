@@ -10,6 +10,7 @@ from output_builder.codecs.qwen12hz import Qwen12HzCodec
 from talker.models.frontend import load_tokenizer
 from talker.models.loader import load_talker
 from talker.models.qwen3_tts.config import Qwen3TTSConfig
+from talker.models.qwen3_tts.model import Qwen3TTSModel
 from talker.models.tiny import checkpoint_config, ensure_tiny, export_tiny, sized
 
 
@@ -59,6 +60,24 @@ def test_the_0_6b_size_has_qwen3_tts_0_6b_layers_and_a_valid_config() -> None:
     assert sum(talker_cfg["rope_scaling"]["mrope_section"]) * 2 == cfg.talker.head_dim == 128
 
 
+def test_the_1_7b_size_has_qwen3_tts_1_7b_layers_and_a_valid_config() -> None:
+    """A 2048-wide Talker over the same 1024-wide code predictor, joined by small_to_mtp_projection."""
+    talker_cfg, predictor_cfg, _ = sized("1.7b")
+    cfg = Qwen3TTSConfig.from_dict(checkpoint_config(1000, talker_cfg, predictor_cfg))
+    assert (cfg.talker.num_layers, cfg.talker.hidden_size, cfg.talker.intermediate_size) == (28, 2048, 6144)
+    assert (cfg.predictor.num_layers, cfg.predictor.hidden_size, cfg.text_hidden_size) == (5, 1024, 2048)
+    with torch.device("meta"):
+        model = Qwen3TTSModel(cfg)
+    assert isinstance(model.talker.code_predictor.small_to_mtp_projection, torch.nn.Linear)
+    assert model.talker.code_predictor.model.codec_embedding[0].weight.shape == (2048, 2048)
+    assert cfg.talker.linear_params > 2 * sized_params("0.6b")
+
+
+def sized_params(size: str) -> int:
+    talker_cfg, predictor_cfg, _ = sized(size)
+    return Qwen3TTSConfig.from_dict(checkpoint_config(1000, talker_cfg, predictor_cfg)).talker.linear_params
+
+
 def test_an_unknown_size_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"size must be one of tiny, 0\.6b"):
+    with pytest.raises(ValueError, match=r"size must be one of tiny, 0\.6b, 1\.7b"):
         export_tiny(tmp_path / "x", "7b")
