@@ -77,6 +77,26 @@ async def test_async_and_sync_modes_give_identical_audio(engine_config: EngineCo
         assert a.size > 0 and a.tobytes() == b.tobytes()
 
 
+async def test_an_int8_engine_speaks_reproducibly_and_not_as_full_precision(engine_config: EngineConfig) -> None:
+    """`--quantize int8` end to end: the same seeds give the same audio (in both output modes, as any engine), and the
+    weights really changed (the audio is not the full-precision one)."""
+    if engine_config.device != "cpu":
+        pytest.skip("this checks the CPU kernel; scripts/gpu_check covers CUDA")
+    requests = [SpeechRequest(text=f"{TEXT} Number {i}.", seed=7 + i) for i in range(3)]
+    results = {}
+    for name, cfg in (("int8-async", dataclasses.replace(engine_config, quantize="int8")),
+                      ("int8-sync", dataclasses.replace(engine_config, quantize="int8", output_mode=OutputMode.SYNC)),
+                      ("full", engine_config)):
+        e = Engine(cfg)
+        await e.start()
+        fresh = [dataclasses.replace(r, request_id=f"{name}-{i}") for i, r in enumerate(requests)]
+        results[name] = await asyncio.gather(*(collect(s) for s in e.submit_many(fresh)))
+        await e.stop()
+    for a, b, full in zip(results["int8-async"], results["int8-sync"], results["full"], strict=True):
+        assert a.size > 0 and a.tobytes() == b.tobytes()
+        assert a.tobytes() != full.tobytes()
+
+
 @pytest.mark.bitexact
 async def test_native_codec_kernels_and_torch_give_the_same_audio(engine_config: EngineConfig) -> None:
     """The engine with its compiled kernels (codec and sampler) and without: the same codes, PCM within 1 LSB.

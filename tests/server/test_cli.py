@@ -87,9 +87,10 @@ def test_bench_serve_staggers_the_streams_starts(live: LiveServer, capsys: pytes
 def test_serve_flags_parse() -> None:
     args = cli.parser().parse_args(["serve", "--model", "tiny", "--port", "9000", "--device", "cpu",
                                     "--output-mode", "sync", "--max-batch", "4", "--max-queue", "2",
-                                    "--api-key", "k", "--shutdown-timeout", "3"])
+                                    "--api-key", "k", "--shutdown-timeout", "3", "--quantize", "int8"])
     config = cli.engine_config(args)
     assert (config.max_batch, config.max_queue, config.output_mode.value) == (4, 2, "sync")
+    assert config.quantize == "int8"
     assert (args.host, args.port, args.api_key) == ("127.0.0.1", 9000, "k")
 
 
