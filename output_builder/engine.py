@@ -311,13 +311,14 @@ class Engine:
         return ["auto", *sorted(self._loaded.talker.cfg.languages)] if self._loaded else ["auto"]
 
     def memory(self) -> dict[str, int]:
-        """Bytes held per active request: its Talker slot (KV cache and device state) and codec stream state."""
+        """The Talker's weights, its KV cache, and the bytes each active request holds: its Talker slot (KV cache
+        and device state) and its codec stream state."""
         if self.worker is None or self._loaded is None:
             return {}
         slot = self.worker.runner.bytes_per_slot
         codec = self._loaded.codec.open_stream().nbytes() if self._loaded.codec else 0
         return {"slot_bytes": slot, "codec_state_bytes": codec, "bytes_per_request": slot + codec,
-                "kv_cache_bytes": self.worker.runner.kv.nbytes}
+                "kv_cache_bytes": self.worker.runner.kv.nbytes, "weights_bytes": self._loaded.talker.weights_bytes}
 
     def stats(self) -> dict[str, int]:
         sched = self.worker.scheduler if self.worker else None

@@ -104,9 +104,9 @@ async def _start_engine(state: ServerState) -> None:
         for model, engine in state.engines.items():  # one after another: one model's load peak at a time
             await engine.start()
             memory = engine.memory()
-            log.info("engine ready: model %s, %d voices; %.1f MiB of KV cache, %.1f MiB per request", model,
-                     len(engine.voices), memory.get("kv_cache_bytes", 0) / 2**20,
-                     memory.get("bytes_per_request", 0) / 2**20)
+            log.info("engine ready: model %s, %d voices; %.1f MiB of Talker weights, %.1f MiB of KV cache, "
+                     "%.1f MiB per request", model, len(engine.voices), memory.get("weights_bytes", 0) / 2**20,
+                     memory.get("kv_cache_bytes", 0) / 2**20, memory.get("bytes_per_request", 0) / 2**20)
         # The model and the libraries make a large heap that never becomes garbage; a full collection scanning it
         # paused the loop for 172 ms at 32 streams. Frozen objects are left out of every later collection.
         gc.collect()

@@ -78,7 +78,7 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output-mode", choices=("async", "sync"), default=None)
     p.add_argument("--quantize", choices=("int8",), default=None,
                    help="int8 weights for the Talker's linear layers: ~3x faster on a CPU at real sizes, "
-                        "a quarter of the memory; the audio differs from full precision (docs/benchmarks.md)")
+                        "a quarter of the memory; the audio differs from full precision (docs/benchmarks-reference.md)")
     p.add_argument("--max-batch", type=int, default=None)
     p.add_argument("--max-queue", type=int, default=None)
 

@@ -27,6 +27,7 @@ class LoadedTalker:
     cfg: Qwen3TTSConfig
     generation: GenerationDefaults
     model: Qwen3TTSModel
+    weights_bytes: int  # resident: full-precision parameters, plus the int8 weights when quantized
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -72,12 +73,15 @@ def load_talker(
     model.load_state_dict(weights, assign=True, strict=True)
     model = model.to(device=device, dtype=dtype)
     model.eval().requires_grad_(False)
+    int8_bytes = 0
     if quantize == "int8":
         if device.type == "cpu" and dtype != torch.float32:
             raise ValueError("int8 on the CPU takes float32 activations: leave dtype at auto or float32")
         with torch.inference_mode():
             q = quantize_int8(model)
+        int8_bytes = q.bytes_after
         log.info("int8: %d linear layers, %.0f MiB -> %.0f MiB", q.layers, q.bytes_before / 2**20,
                  q.bytes_after / 2**20)
-    return LoadedTalker(directory, cfg, generation, model)
+    resident = sum(t.numel() * t.element_size() for t in model.parameters()) + int8_bytes
+    return LoadedTalker(directory, cfg, generation, model, resident)
 

@@ -86,3 +86,11 @@ def test_int8_greedy_codes_agree_with_the_official_package_above_the_documented_
 def test_int8_on_the_cpu_takes_float32_activations(tiny_dir: Path) -> None:
     with pytest.raises(ValueError, match="float32 activations"):
         load_talker(tiny_dir, CPU, torch.bfloat16, "int8")
+
+
+def test_the_resident_weights_shrink_with_int8(tiny_dir: Path, int8: LoadedTalker) -> None:
+    """What `serve` logs per engine at start: int8 weights plus what stays in full precision (embeddings, norms)."""
+    full = load_talker(tiny_dir, CPU, torch.float32)
+    kept = sum(t.numel() * t.element_size() for t in int8.model.parameters())
+    assert kept < int8.weights_bytes < full.weights_bytes
+    assert full.weights_bytes == sum(t.numel() * t.element_size() for t in full.model.parameters())
