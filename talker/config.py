@@ -46,7 +46,7 @@ class EngineConfig:
     max_ahead_s: float = 8.0  # audio buffered ahead of a reader before its request is paused
     reader_timeout_s: float = 30.0  # a reader that reads nothing for this long while audio waits is dropped
     codec_timeout_s: float = 30.0  # a codec decode call that takes longer fails its requests and kills the engine
-    torch_threads: int = 0  # per worker; 0: from the model's size (tiny 1; real sizes every core for the Talker)
+    torch_threads: int = 0  # per worker; 0: from the model's size and the cores (talker/device.py)
     worker_nice: int = 5  # the Talker thread and the codec process yield a busy core to the event loop
     native_kernels: bool = True  # the codec's and sampler's CPU kernels, built with the system C compiler on first use
     cache_dir: Path = field(default_factory=default_cache_dir)

@@ -80,14 +80,16 @@ def thread_plan(requested: int, step_params: int, cores: int) -> Threads:
     """torch threads per worker. `requested` > 0 sets both; 0 chooses from the model's size (measured,
     docs/benchmarks-reference.md, 2 cores):
     - a small model's step is op dispatch: one thread each, and the asyncio loop keeps a core of its own;
-    - at real sizes a step streams hundreds of MB of weights: the Talker takes every core (0.6B sizes, one request:
-      338 ms a step with 2 threads against 487 with 1), and the codec one (a second codec thread gave 0.45 against
-      0.47 audio s per s at 4 requests: it takes the Talker's core)."""
+    - at real sizes a step streams hundreds of MB of weights and the codec costs ~0.6 of a core per real-time
+      stream: the codec process gets a quarter of the cores (at least one), the Talker the rest, or every core on
+      a machine of two (0.6B sizes, one request: 338 ms a step with 2 threads against 487 with 1; a second codec
+      thread gave 0.45 against 0.47 audio s per s at 4 requests: it takes the Talker's core)."""
     if requested > 0:
         return Threads(requested, requested)
     if step_params < SMALL_STEP_PARAMS:
         return Threads(1, 1)
-    return Threads(max(1, cores), 1)
+    codec = max(1, cores // 4)
+    return Threads(max(1, cores if cores <= 2 else cores - codec), codec)
 
 
 @dataclass(slots=True)

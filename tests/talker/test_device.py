@@ -9,9 +9,11 @@ def test_a_small_model_gets_one_thread_per_worker_whatever_the_cores() -> None:
     assert thread_plan(0, 200_000, 16) == Threads(talker=1, codec=1)
 
 
-def test_at_real_sizes_the_talker_takes_every_core_and_the_codec_one() -> None:
-    assert thread_plan(0, 1_620_000_000, 2) == Threads(talker=2, codec=1)
-    assert thread_plan(0, SMALL_STEP_PARAMS, 8) == Threads(talker=8, codec=1)
+def test_at_real_sizes_the_codec_gets_a_quarter_of_the_cores_and_the_talker_the_rest() -> None:
+    assert thread_plan(0, 1_620_000_000, 1) == Threads(talker=1, codec=1)
+    assert thread_plan(0, 1_620_000_000, 2) == Threads(talker=2, codec=1)  # measured best on two cores
+    assert thread_plan(0, 1_620_000_000, 4) == Threads(talker=3, codec=1)
+    assert thread_plan(0, SMALL_STEP_PARAMS, 16) == Threads(talker=12, codec=4)
 
 
 def test_a_number_the_user_sets_applies_to_both_workers() -> None:
