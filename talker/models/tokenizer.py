@@ -16,6 +16,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from talker.models.qwen3_tts.config import CheckpointError
+from talker.models.text_stream import TextStream
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 
@@ -40,8 +41,16 @@ class TextTokenizer:
 
     def assistant(self, text: str) -> tuple[int, ...]:
         """`<|im_start|>assistant\\n{text}<|im_end|>\\n<|im_start|>assistant\\n`, the official prompt text."""
+        return (self.ids[IM_START], *self.plain(f"assistant\n{text}"), *self.assistant_tail())
+
+    def assistant_tail(self) -> tuple[int, ...]:
+        """What follows the text in `assistant`: `<|im_end|>\\n<|im_start|>assistant\\n`."""
         start, end = self.ids[IM_START], self.ids[IM_END]
-        return (start, *self.plain(f"assistant\n{text}"), end, *self.plain("\n"), start, *self.plain("assistant\n"))
+        return (end, *self.plain("\n"), start, *self.plain("assistant\n"))
+
+    def stream(self) -> TextStream:
+        """`plain(f"assistant\\n{text}")` of a text that arrives in pieces, released as its tokens settle."""
+        return TextStream(self._plain, "assistant\n")
 
     def instruct(self, text: str) -> tuple[int, ...]:
         """`<|im_start|>user\\n{text}<|im_end|>\\n`, the official instruction text."""
@@ -85,4 +94,3 @@ def _ordinary_text_only(backend: Tokenizer) -> Tokenizer:
     plain.no_padding()
     plain.no_truncation()
     return plain
-
