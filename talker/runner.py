@@ -2,6 +2,11 @@
 
 Everything that changes per step stays on the device (input embeds, lengths, frame counters, repetition state);
 what the host sends is rebuilt only when the batch composition changes.
+
+A request whose text arrives over time (`Seq.feed`) has its slot's text row written as tokens come. When it has
+made every frame its text allows, the input of its next frame is missing its text token: the feedback of its last
+step sums in whatever the row holds there. So the codec part of that input is kept, and once the token arrives the
+input is summed again from the same two parts, as the feedback would have summed it (`keep`, `refresh`).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ class BatchTensors:
     """Per-batch tensors, stacked once per batch composition."""
 
     version: int
+    rows: dict[int, int]  # slot -> row
     slots: Tensor  # [B]
     decode_slots: Tensor  # [Bd]
     talker: RowParams
@@ -65,6 +71,8 @@ class Runner:
         self._batch: BatchTensors | None = None
         self._feedback: list[tuple[BatchTensors, Tensor, Tensor, Tensor]] = []  # applied by the next forward
         self._aside = False
+        self._kept: dict[int, Tensor] = {}  # slot -> the codec part [H] of its next input, whose text is missing
+        self._refresh: list[int] = []  # slots whose missing text token has arrived
 
     @property
     def bytes_per_slot(self) -> int:
@@ -96,6 +104,8 @@ class Runner:
             for feedback in self._feedback:
                 self._feed_back(*feedback)
             self._feedback.clear()
+        if self._refresh and not self._aside:
+            self._refresh_inputs()
         bt = self._batch_tensors(plan)
         rows: list[Tensor] = []
         if plan.decode:
@@ -125,12 +135,52 @@ class Runner:
         """New requests' slot state in one write per buffer: trailing text, KV length, frame count, seen codes."""
         text = np.full((len(seqs), self.text_width), self.cfg.text.tts_pad, dtype=np.int64)
         for i, seq in enumerate(seqs):
-            row = trailing_text(self.cfg, seq.prompt)[: self.text_width]
+            if seq.feed is not None:
+                row = seq.feed.row(self.cfg.text.tts_eos)
+                seq.feed.written = len(row)
+            else:
+                row = trailing_text(self.cfg, seq.prompt)
+            row = row[: self.text_width]
             text[i, : len(row)] = row
         self.text_ids[slots] = torch.from_numpy(text).to(self.device)
         self.lengths[slots] = torch.tensor(lengths, device=self.device)
         self.frames[slots] = 0
         self.seen[slots] = False
+
+    # Text that arrives over time (worker thread, at step boundaries)
+    def write_text(self, seq: Seq) -> None:
+        """The positions of `seq`'s text row that arrived since the last write."""
+        assert seq.feed is not None
+        row = seq.feed.row(self.cfg.text.tts_eos)
+        start, end = seq.feed.written, min(len(row), self.text_width)
+        if end > start:
+            self.text_ids[seq.slot, start:end] = torch.tensor(row[start:end], dtype=torch.long, device=self.device)
+        seq.feed.written = len(row)
+
+    def keep(self, slots: list[int]) -> None:
+        """These slots made their last frame the text allows in the step just run, whose feedback is pending:
+        keep the codec part of their next input."""
+        for slot in slots:
+            for bt, _, emb_sum, _ in reversed(self._feedback):
+                if (row := bt.rows.get(slot)) is not None:
+                    self._kept[slot] = emb_sum[row]
+                    break
+            else:
+                raise RuntimeError(f"no pending frame for slot {slot}")
+
+    def refresh(self, slot: int) -> None:
+        """The text token `slot`'s next input was missing has been written: the next forward sums it in."""
+        self._refresh.append(slot)
+
+    def _refresh_inputs(self) -> None:
+        """After the feedback: kept codec part + the text token at the frame's position, as `_feed_back` sums."""
+        slots = [s for s in dict.fromkeys(self._refresh) if s in self._kept]
+        self._refresh.clear()
+        if not slots:
+            return
+        index = torch.tensor(slots, dtype=torch.long, device=self.device)
+        text = self.text_ids[index, (self.frames[index] - 1).clamp(max=self.text_width - 1)]
+        self.next_embed[index] = torch.stack([self._kept.pop(s) for s in slots]) + self.talker.embed_text(text)
 
     # 2. sample codebook 0, then the residual codebooks
     @torch.inference_mode()
@@ -195,6 +245,7 @@ class Runner:
         sub_t = [0.0 if p.greedy else p.subtalker_temperature for p in ps]
         self._batch = bt = BatchTensors(
             version=plan.version,
+            rows={s.slot: i for i, s in enumerate(batch)},
             slots=torch.tensor([s.slot for s in batch], dtype=torch.long, device=dev),
             decode_slots=torch.tensor([s.slot for s in plan.decode], dtype=torch.long, device=dev),
             talker=RowParams.stack(

@@ -2,6 +2,10 @@
 
 Per-step host work is O(1): a sequence's frame count and KV length follow from the step it joined at, and the
 step at which it reaches its limit is filed in a dict when it joins.
+
+A sequence keeps its slot but is not stepped while its reader is behind (paused) or while its text, arriving over
+time, has run out (starved: each frame takes the next text token). Its frame count stops meanwhile: the time spent
+held shifts its join step forward.
 """
 
 from __future__ import annotations
@@ -23,6 +27,19 @@ class SeqStatus(StrEnum):
 
 
 @dataclass(slots=True, eq=False)
+class TextFeed:
+    """The text of a request that arrives while it is spoken, as the worker has received it."""
+
+    tokens: list[int]  # the text's tokens after the first (which is in the prompt); frame k takes tokens[k - 1]
+    done: bool = False  # the text has ended: tts_eos follows its last token
+    written: int = 0  # positions of the slot's text row written (tokens, then tts_eos)
+
+    def row(self, eos: int) -> list[int]:
+        """The text fed at frames 1, 2, ... as far as it is known."""
+        return [*self.tokens, eos] if self.done else self.tokens
+
+
+@dataclass(slots=True, eq=False)
 class Seq:
     """One request as the worker sees it. `sink` is the output side's per-request object, opaque here."""
 
@@ -40,6 +57,10 @@ class Seq:
     paused_at: int = 0
     pause_on_join: bool = False  # asked to pause while it waited for a slot: it pauses right after its prefill
     deadline: int = -1  # the last step it runs
+    feed: TextFeed | None = None  # a text that arrives over time (None: the whole text is in the prompt)
+    reader_paused: bool = False
+    starved: bool = False  # it has made every frame its text so far allows
+    starves: bool = False  # its deadline is where its text runs out, not a limit
 
     def frames_after(self, step: int) -> int:
         return step - self.join_step + 1
@@ -67,6 +88,7 @@ class Scheduler:
         self.version = 0
         self._deadlines: defaultdict[int, list[Seq]] = defaultdict(list)
         self._plan = StepPlan([], [], 0, (), 0)
+        self.starved: list[Seq] = []  # starved by the last step: the worker tells the runner, then clears it
 
     @property
     def active(self) -> int:
@@ -139,19 +161,38 @@ class Scheduler:
             self.running.extend(plan.prefill)
             self._rebuild()
             for seq in plan.prefill:
-                if seq.pause_on_join:
-                    self.set_paused(seq, True, step)
+                if seq.pause_on_join:  # its next frame would have been the next step's
+                    seq.reader_paused = True
+                    self._hold(seq, step + 1)
 
     def expire(self, step: int) -> None:
-        """Finish the sequences whose last step was `step`."""
+        """Finish the sequences whose last step was `step`; those whose text ran out there wait for more."""
         for seq in self._deadlines.pop(step, ()):
-            if seq.deadline == step:
+            if seq.deadline != step:
+                continue
+            if seq.starves:
+                seq.starved = True
+                self._hold(seq, step + 1)
+                self.starved.append(seq)
+            else:
                 self.finish(seq)
+
+    def fed(self, seq: Seq, step: int) -> None:
+        """More of `seq`'s text (or its end) arrived before `step`: it runs on, or again."""
+        if seq.starved:
+            seq.starved = False
+            self._release(seq, step)
+        elif seq.status is SeqStatus.RUNNING:
+            self._file_deadline(seq)
 
     def _file_deadline(self, seq: Seq) -> None:
         by_frames = seq.join_step + seq.max_frames - 1
         by_length = seq.join_step + self.max_len - 2 - seq.prefill_len
-        seq.deadline = min(by_frames, by_length)
+        last = min(by_frames, by_length)
+        feed = seq.feed
+        # frame k takes text token k: with n tokens after the first, frame n is the last one the text allows
+        seq.starves = feed is not None and not feed.done and seq.join_step + len(feed.tokens) < last
+        seq.deadline = seq.join_step + len(feed.tokens) if seq.starves and feed is not None else last
         self._deadlines[seq.deadline].append(seq)
 
     def _rebuild(self) -> None:
@@ -179,12 +220,25 @@ class Scheduler:
         return True
 
     def set_paused(self, seq: Seq, paused: bool, step: int) -> None:
+        """Its reader is behind (or caught up) before `step`."""
         if seq.status is SeqStatus.WAITING:
             seq.pause_on_join = paused
-        elif seq.status is SeqStatus.RUNNING and paused and seq in self.running:
+            return
+        seq.reader_paused = paused
+        if paused:
+            self._hold(seq, step)
+        else:
+            self._release(seq, step)
+
+    def _hold(self, seq: Seq, step: int) -> None:
+        """`seq` keeps its slot but is not stepped from `step` on."""
+        if seq.status is SeqStatus.RUNNING and seq in self.running:
             seq.status, seq.paused_at, seq.deadline = SeqStatus.PAUSED, step, -1
             self._rebuild()
-        elif seq.status is SeqStatus.PAUSED and not paused:
+
+    def _release(self, seq: Seq, step: int) -> None:
+        """Stepped again from `step`, unless something else still holds it; its frame count did not move."""
+        if seq.status is SeqStatus.PAUSED and not seq.reader_paused and not seq.starved:
             seq.status = SeqStatus.RUNNING
             seq.join_step += step - seq.paused_at
             self._file_deadline(seq)

@@ -51,11 +51,20 @@ class Pause:
 
 
 @dataclass(frozen=True, slots=True)
+class Feed:
+    """More of a request's text (its tokens after those already sent), or its end."""
+
+    request_id: str
+    tokens: tuple[int, ...]
+    done: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Stop:
     pass
 
 
-Command = Submit | Abort | Pause | Stop
+Command = Submit | Abort | Pause | Feed | Stop
 FaultHook = Callable[[str, tuple[Seq, ...]], None]
 
 
@@ -158,8 +167,24 @@ class TalkerWorker:
         elif isinstance(cmd, Pause):
             if (found := sched.by_id.get(cmd.request_id)) is not None:
                 sched.set_paused(found, cmd.paused, self._step)
+        elif isinstance(cmd, Feed):
+            if (found := sched.by_id.get(cmd.request_id)) is not None and found.feed is not None:
+                self._feed(found, cmd)
         elif isinstance(cmd, Stop):
             self._running = False
+
+    def _feed(self, seq: Seq, cmd: Feed) -> None:
+        assert seq.feed is not None
+        if seq.feed.done or not (cmd.tokens or cmd.done):
+            return  # nothing new: a starved request stays where it is
+        seq.feed.tokens.extend(cmd.tokens)
+        seq.feed.done |= cmd.done
+        if seq.status is SeqStatus.WAITING:
+            return  # its prefill writes the whole row
+        self.runner.write_text(seq)
+        if seq.starved:  # the input of its next frame was summed without its text token
+            self.runner.refresh(seq.slot)
+        self.scheduler.fed(seq, self._step)
 
     def _retire_resolved(self) -> None:
         """Retire requests whose snapshot is resolved and shows EOS. Never waits for a copy."""
@@ -190,10 +215,17 @@ class TalkerWorker:
             return None
         self._failures = 0
         self.scheduler.advance(plan, self._step)
+        if self.scheduler.starved:
+            self._keep_starved()
         snap = self._snapshot(plan, codes, timing)
         self.timings.push(timing)
         self._step += 1
         return snap
+
+    def _keep_starved(self) -> None:
+        """Their text ran out at this step: the runner keeps the codec part of their next input."""
+        self.runner.keep([seq.slot for seq in self.scheduler.starved])
+        self.scheduler.starved.clear()
 
     def _snapshot(self, plan: StepPlan, codes: torch.Tensor, timing: StepTiming) -> StepSnapshot:
         host, fence, buf = self.device.to_host(codes)
@@ -260,6 +292,9 @@ class TalkerWorker:
         self.scheduler.commit(plan, self._step)
         for seq in plan.batch:
             self.scheduler.finish(seq)
+        self.scheduler.expire(self._step)  # those prefilled mid-step did not fail: their limits still hold
+        if self.scheduler.starved:
+            self._keep_starved()
         self._publish_failure(list(plan.batch), exc, fatal=False)
         self._step += 1
         if fatal:

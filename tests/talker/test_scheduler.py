@@ -1,18 +1,19 @@
 from talker.models.qwen3_tts.prompt import PromptIds
 from talker.request import SamplingParams
-from talker.scheduler import Scheduler, Seq, SeqStatus
+from talker.scheduler import Scheduler, Seq, SeqStatus, StepPlan, TextFeed
 
 
 def _seq(i: int, max_frames: int = 10) -> Seq:
     return Seq(f"r{i}", PromptIds((1, 2, 3), None, (9,)), SamplingParams(), i, max_frames, None)
 
 
-def _step(s: Scheduler, step: int) -> None:
+def _step(s: Scheduler, step: int) -> StepPlan:
     plan = s.schedule()
     for seq in plan.prefill:
         seq.prefill_len = 5
     s.commit(plan, step)
     s.expire(step)
+    return plan
 
 
 def test_admission_respects_slots_and_prefill_limit() -> None:
@@ -161,3 +162,70 @@ def test_a_later_segment_goes_before_newer_requests() -> None:
     s.add(newer)
     s.add(segment)
     assert s.schedule().prefill == [segment]
+
+
+def _fed(i: int, tokens: int, max_frames: int = 50) -> Seq:
+    seq = _seq(i, max_frames)
+    seq.feed = TextFeed(list(range(100, 100 + tokens)))
+    return seq
+
+
+def _steps_of(s: Scheduler, seq: Seq, steps: range) -> list[int]:
+    """The steps among `steps` that stepped `seq` (or prefilled it)."""
+    return [step for step in steps if seq in _step(s, step).batch]
+
+
+def test_a_streaming_text_waits_where_it_runs_out_and_resumes_where_it_stopped() -> None:
+    s = Scheduler(max_batch=2, max_prefills=2, max_len=100)
+    q = _fed(0, tokens=2)  # frame 0 from the prompt's token, frames 1 and 2 from these two
+    s.add(q)
+    assert _steps_of(s, q, range(6)) == [0, 1, 2]
+    assert q.starved and q.status is SeqStatus.PAUSED and s.starved == [q] and s.active == 1 and not s.has_work()
+    s.starved.clear()
+    assert q.feed is not None
+    q.feed.tokens += [103, 104]
+    s.fed(q, 6)
+    assert _steps_of(s, q, range(6, 12)) == [6, 7]  # frames 3 and 4, then it waits again
+    assert q.frames_after(7) == 5 and q.starved
+    q.feed.done = True  # the end: its limit is the frame cap again
+    s.fed(q, 20)
+    assert q.status is SeqStatus.RUNNING and q.deadline == 20 + 50 - 5 - 1
+    s.finish(q)
+    assert s.free_slots == [1, 0] and not s.running
+
+
+def test_text_that_comes_before_it_runs_out_moves_its_deadline() -> None:
+    s = Scheduler(max_batch=1, max_prefills=1, max_len=100)
+    q = _fed(0, tokens=1)
+    s.add(q)
+    _step(s, 0)
+    assert q.feed is not None
+    q.feed.tokens.append(200)
+    s.fed(q, 1)
+    assert _steps_of(s, q, range(1, 5)) == [1, 2] and q.starved
+
+
+def test_a_reader_pause_and_a_text_wait_hold_it_until_both_end() -> None:
+    s = Scheduler(max_batch=1, max_prefills=1, max_len=100)
+    q = _fed(0, tokens=0)  # it waits right after its prefill
+    s.add(q)
+    _step(s, 0)
+    assert q.starved
+    s.set_paused(q, True, 1)
+    assert q.feed is not None
+    q.feed.tokens.append(7)
+    s.fed(q, 2)
+    assert q.status is SeqStatus.PAUSED and not s.has_work()  # its reader is still behind
+    s.set_paused(q, False, 4)
+    assert _steps_of(s, q, range(4, 8)) == [4] and q.frames_after(4) == 2
+
+
+def test_a_pause_on_join_counts_the_frame_it_made() -> None:
+    """Paused before its prefill: the prefill made frame 0, so the step it resumes at makes frame 1."""
+    s = Scheduler(max_batch=1, max_prefills=1, max_len=100)
+    q = _fed(0, tokens=1)
+    s.add(q)
+    s.set_paused(q, True, 0)
+    _step(s, 0)
+    s.set_paused(q, False, 5)
+    assert _steps_of(s, q, range(5, 9)) == [5] and q.frames_after(5) == 2 and q.starved
