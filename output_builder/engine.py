@@ -9,6 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 import torch
 
@@ -18,6 +19,7 @@ from output_builder.codec_process import CodecProcess
 from output_builder.codecs.native import load_native
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
 from output_builder.streams import AudioStream
+from output_builder.text_input import HEAD, SpeechInput
 from talker.config import EngineConfig, OutputMode
 from talker.device import DeviceLayer, Threads, resolve_device, thread_plan, usable_cores
 from talker.models.frontend import Frontend, Prepared, Voice, load_tokenizer
@@ -29,13 +31,15 @@ from talker.request import (
     EngineBusyError,
     EngineDeadError,
     EngineState,
+    FinishReason,
     RequestError,
     RequestFailedError,
     SpeechRequest,
+    StreamingSpeechRequest,
 )
 from talker.runner import Runner
 from talker.sampler_native import SamplingKernel, load_sampling_kernel
-from talker.scheduler import Seq
+from talker.scheduler import Seq, TextFeed
 from talker.worker import Abort, Pause, Stop, Submit, TalkerWorker
 
 log = logging.getLogger("talkstream.engine")
@@ -67,6 +71,7 @@ class Engine:
         self.pipeline: OutputPipeline | None = None
         self._loaded: Loaded | None = None
         self._outputs: dict[str, RequestOutput] = {}
+        self._inputs: dict[str, SpeechInput] = {}  # texts still arriving
         self._bridge: AsyncBridge | SyncBridge | None = None
         self._codec_pool: ThreadPoolExecutor | None = None
         self._watchdog: asyncio.Task[None] | None = None
@@ -172,33 +177,80 @@ class Engine:
         self.state = EngineState.STOPPED if self.state is not EngineState.DEAD else EngineState.DEAD
 
     # Requests -------------------------------------------------------------------------------------
-    def submit(self, request: SpeechRequest) -> AudioStream:
-        """Validate and enqueue. Raises RequestError (bad input), EngineBusyError or EngineDeadError."""
+    @overload  # the subclass first: mypy calls that overlap unsafe, since a SpeechRequest may be one
+    def submit(self, request: StreamingSpeechRequest) -> SpeechInput: ...  # type: ignore[overload-overlap]
+
+    @overload
+    def submit(self, request: SpeechRequest) -> AudioStream: ...
+
+    def submit(self, request: SpeechRequest) -> AudioStream | SpeechInput:
+        """Validate and enqueue. Raises RequestError (bad input), EngineBusyError or EngineDeadError. A request
+        whose text arrives over time returns its handle (`append`, `finish`, and the audio `stream`)."""
+        if isinstance(request, StreamingSpeechRequest):
+            return self._submit_streaming(request)
         return self.submit_many([request])[0]
 
     def submit_many(self, requests: list[SpeechRequest]) -> list[AudioStream]:
         """Submit requests that the worker sees together (admitted in one step when slots allow)."""
         self._check_admission(len(requests))
         assert self._loaded is not None and self.worker is not None
+        if any(isinstance(r, StreamingSpeechRequest) for r in requests):
+            raise RequestError("a request whose text arrives over time is submitted on its own", param="text")
         prepared = [self._loaded.frontend.prepare(r) for r in requests]
-        ids = [r.request_id for r in requests]
-        if len(set(ids)) != len(ids) or any(rid in self._outputs for rid in ids):
-            raise RequestError("request_id is already in use", param="request_id")
+        self._check_ids([r.request_id for r in requests])
         seqs = tuple(self._seq_for(p) for p in prepared)
         self.worker.send(Submit(seqs))
         return [seq.sink.stream for seq in seqs]
 
+    def _check_ids(self, ids: list[str]) -> None:
+        if len(set(ids)) != len(ids) or any(rid in self._outputs for rid in ids):
+            raise RequestError("request_id is already in use", param="request_id")
+
+    def _submit_streaming(self, request: StreamingSpeechRequest) -> SpeechInput:
+        self._check_admission(1)
+        assert self._loaded is not None and self.worker is not None
+        frontend, worker, rid = self._loaded.frontend, self.worker, request.request_id
+        s = frontend.prepare_stream(request)
+        self._check_ids([rid])
+        out = self._output(rid, s.limit)
+
+        def start(head: list[int], done: bool) -> None:
+            if len(head) < HEAD:  # the text ended blank: nothing to speak
+                assert self.pipeline is not None
+                self.pipeline.abandon(out)
+                out.stream.finish(FinishReason.EOS)
+                return
+            seq = Seq(rid, frontend.stream_prompt(s, head), s.params, s.seed, s.max_frames, out,
+                      feed=TextFeed(head[HEAD:], done))
+            worker.send(Submit((seq,)))
+
+        handle = SpeechInput(rid, out.stream, frontend.tokenizer.stream(), start, worker.send,
+                             self.config.text_width - 1, len(s.instruct or ()))
+        self._inputs[rid] = handle
+        if request.text:
+            try:
+                handle.append(request.text)
+            except RequestError:
+                out.stream.cancel()  # the caller never sees it: nothing may stay behind
+                raise
+        return handle
+
     def _seq_for(self, p: Prepared) -> Seq:
+        out = self._output(p.request.request_id, p.limit, len(p.segments) - 1, self._segment_ended(p))
+        out.stream.usage.input_tokens = p.input_tokens
+        return Seq(out.request_id, p.prompt, p.params, p.seed, p.max_frames, out)
+
+    def _output(self, rid: str, limit: int | None, segments_left: int = 0,
+                on_segment_end: Callable[[RequestOutput], None] | None = None) -> RequestOutput:
         assert self._loaded is not None
-        cfg, rid = self.config, p.request.request_id
+        cfg = self.config
         stream = AudioStream(rid, self.sample_rate, cfg.max_ahead_s, self._abort, self._pace)
-        stream.usage.input_tokens = p.input_tokens
         eos = self._loaded.talker.cfg.codec.eos
-        out = RequestOutput(rid, stream, p.limit or NO_LIMIT, eos, cfg.first_chunk_frames, cfg.chunk_frames,
-                            segment_frames=self._loaded.frontend.max_frames, segments_left=len(p.segments) - 1,
-                            on_segment_end=self._segment_ended(p))
+        out = RequestOutput(rid, stream, limit or NO_LIMIT, eos, cfg.first_chunk_frames, cfg.chunk_frames,
+                            segment_frames=self._loaded.frontend.max_frames, segments_left=segments_left,
+                            on_segment_end=on_segment_end)
         self._outputs[rid] = out
-        return Seq(rid, p.prompt, p.params, p.seed, p.max_frames, out)
+        return out
 
     def _segment_ended(self, p: Prepared) -> Callable[[RequestOutput], None]:
         """What starts a long text's next segment once the output side has seen the last one end (on the event
@@ -239,6 +291,7 @@ class Engine:
         return len(outs) <= self.config.max_batch and any(o.chunks == 0 and not o.closed for o in outs.values())
 
     def _abort(self, request_id: str) -> None:
+        self._inputs.pop(request_id, None)
         out = self._outputs.pop(request_id, None)
         if out is not None and self.pipeline is not None:
             self.pipeline.abandon(out)
@@ -267,6 +320,7 @@ class Engine:
             await asyncio.sleep(WATCHDOG_PERIOD_S)
             try:
                 self._check_readers(time.monotonic())
+                self._check_writers(time.monotonic())
                 self._check_workers()
             except Exception:  # the watchdog must outlive any bug in what it checks
                 log.exception("engine watchdog check failed")
@@ -277,6 +331,16 @@ class Engine:
             if out.stream.idle_for(now) > timeout:
                 log.warning("dropping request %s: its reader was idle for %.0f s", out.request_id, timeout)
                 self._fail(out, RequestFailedError("the client stopped reading audio", code="reader_timeout"))
+
+    def _check_writers(self, now: float) -> None:
+        """A text that has been quiet for `text_timeout_s` ends as if its writer had finished it."""
+        for rid, handle in list(self._inputs.items()):
+            if handle.finished or handle.stream.done:
+                del self._inputs[rid]
+            elif handle.idle_for(now) > self.config.text_timeout_s:
+                log.warning("request %s: no text for %.0f s; ending its text", rid, self.config.text_timeout_s)
+                del self._inputs[rid]
+                handle.time_out()
 
     def _check_workers(self) -> None:
         if self.state not in (EngineState.READY, EngineState.DRAINING):

@@ -46,6 +46,7 @@ class EngineConfig:
     max_ahead_s: float = 8.0  # audio buffered ahead of a reader before its request is paused
     reader_timeout_s: float = 30.0  # a reader that reads nothing for this long while audio waits is dropped
     codec_timeout_s: float = 30.0  # a codec decode call that takes longer fails its requests and kills the engine
+    text_timeout_s: float = 10.0  # a text arriving over time that is quiet this long ends as if finished
     torch_threads: int = 0  # per worker; 0: from the model's size and the cores (talker/device.py)
     worker_nice: int = 5  # the Talker thread and the codec process yield a busy core to the event loop
     native_kernels: bool = True  # the codec's and sampler's CPU kernels, built with the system C compiler on first use
@@ -61,8 +62,8 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1")
         if self.max_queue < 0 or self.torch_threads < 0:
             raise ValueError("max_queue and torch_threads must be >= 0")
-        if self.max_ahead_s <= 0 or self.reader_timeout_s <= 0 or self.codec_timeout_s <= 0:
-            raise ValueError("max_ahead_s, reader_timeout_s and codec_timeout_s must be > 0")
+        if min(self.max_ahead_s, self.reader_timeout_s, self.codec_timeout_s, self.text_timeout_s) <= 0:
+            raise ValueError("max_ahead_s, reader_timeout_s, codec_timeout_s and text_timeout_s must be > 0")
         if self.codec_hold_s < 0:
             raise ValueError("codec_hold_s must be >= 0")
         if not 0 <= self.worker_nice <= 19:

@@ -17,6 +17,14 @@ class FinishReason(StrEnum):
     ERROR = "error"
 
 
+class TextLayout(StrEnum):
+    """Where the text goes (Qwen3-TTS's two modes): all of it in the prompt, or one token per frame after the first.
+    A text that arrives over time can only be fed one token per frame."""
+
+    FULL = "full"
+    STREAMING = "streaming"
+
+
 class EngineState(StrEnum):
     STARTING = "starting"
     READY = "ready"
@@ -104,4 +112,13 @@ class SpeechRequest:
     top_p: float | None = None
     repetition_penalty: float | None = None
     max_frames: int | None = None  # the whole response's frames at most (a limit the client set)
+    text_layout: TextLayout | None = None  # None: the checkpoint's own (generation_config's non_streaming_mode)
     request_id: str = field(default_factory=lambda: f"req-{next(_ids)}")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamingSpeechRequest(SpeechRequest):
+    """A request whose text arrives while it is spoken: `text` is its first piece (it may be empty), and the handle
+    `Engine.submit` returns for it takes the rest (`append`, then `finish`). Always in the streaming layout."""
+
+    text: str = ""

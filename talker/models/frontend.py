@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from talker.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
 from talker.models.qwen3_tts.prompt import PromptIds, codec_prefix
 from talker.models.segmenter import split_text
-from talker.models.tokenizer import TextTokenizer, load_tokenizer
-from talker.request import MAX_INPUT_CHARS, RequestError, SamplingParams, SpeechRequest
+from talker.models.tokenizer import IM_START, TextTokenizer, load_tokenizer
+from talker.request import MAX_INPUT_CHARS, RequestError, SamplingParams, SpeechRequest, TextLayout
 
 __all__ = ["OPENAI_VOICES", "Frontend", "Prepared", "Voice", "load_tokenizer"]
 
@@ -48,6 +48,18 @@ class Prepared:
         return self.segments[0]
 
 
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What a request's prompt and generation take besides its text."""
+
+    prefix: tuple[int, ...]  # the codec prefix: language, speaker
+    instruct: tuple[int, ...] | None
+    params: SamplingParams
+    seed: int
+    max_frames: int
+    limit: int | None
+
+
 class Frontend:
     def __init__(
         self, cfg: Qwen3TTSConfig, gen: GenerationDefaults, tokenizer: TextTokenizer,
@@ -69,14 +81,20 @@ class Frontend:
         if len(text) > MAX_INPUT_CHARS:
             raise RequestError(f"input is {len(text)} characters long; at most {MAX_INPUT_CHARS} are accepted",
                                param="input")
-        prefix = codec_prefix(self.cfg, req.language, self.speaker_for(req.voice))
-        instruct = self._instruct_ids(req.instructions)
-        streaming = not self.gen.non_streaming_mode
-        segments = tuple(PromptIds(self.tokenizer.assistant(piece), instruct, prefix, streaming)
-                         for piece in self.split(text, prefix, instruct))
+        s = self.settings(req)
+        streaming = self.streaming_layout(req.text_layout)
+        segments = tuple(PromptIds(self.tokenizer.assistant(piece), s.instruct, s.prefix, streaming)
+                         for piece in self.split(text, s.prefix, s.instruct))
         for prompt in segments:  # the budget keeps every segment within both; a last line of defence
             if len(prompt.text) + 1 > self.text_width or prompt.token_bound > self.max_prompt:
                 raise RequestError("input could not be split into pieces this model can speak", param="input")
+        tokens = sum(len(p.text) for p in segments) + len(s.instruct or ())
+        return Prepared(req, segments, s.params, s.seed, s.max_frames, s.limit, tokens)
+
+    def settings(self, req: SpeechRequest) -> Settings:
+        """Validates all but the text."""
+        prefix = codec_prefix(self.cfg, req.language, self.speaker_for(req.voice))
+        instruct = self._instruct_ids(req.instructions)
         params = self.sampling(req)
         limit = req.max_frames
         if limit is not None and not 1 <= limit <= MAX_FRAMES_LIMIT:
@@ -84,9 +102,31 @@ class Frontend:
         seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(4), "little")
         if not 0 <= seed < 2**63:
             raise RequestError("seed must be a non-negative 63-bit integer", param="seed")
-        tokens = sum(len(p.text) for p in segments) + len(instruct or ())
-        return Prepared(req, segments, params, seed & 0x7FFFFFFF, min(self.max_frames, limit or self.max_frames),
-                        limit, tokens)
+        return Settings(prefix, instruct, params, seed & 0x7FFFFFFF, min(self.max_frames, limit or self.max_frames),
+                        limit)
+
+    def prepare_stream(self, req: SpeechRequest) -> Settings:
+        """A request whose text arrives over time (its text is validated as it comes)."""
+        if req.text_layout is not None and not self.streaming_layout(req.text_layout):
+            raise RequestError("a text that arrives over time is fed one token per frame: text_layout must be "
+                               "'streaming' (or left out)", param="text_layout")
+        s = self.settings(req)
+        self._budget(s.prefix, s.instruct)  # instructions that leave no room are refused as for any request
+        return s
+
+    def streaming_layout(self, layout: TextLayout | str | None) -> bool:
+        if layout is None:
+            return not self.gen.non_streaming_mode
+        try:
+            return TextLayout(layout) is TextLayout.STREAMING
+        except ValueError:
+            raise RequestError("text_layout must be 'full' or 'streaming'", param="text_layout") from None
+
+    def stream_prompt(self, s: Settings, head: list[int]) -> PromptIds:
+        """The prompt of a text that arrives over time, from the first tokens of `assistant\\n{text}`: the role's
+        two and the text's first. The rest is fed one token per frame (`Seq.feed`)."""
+        return PromptIds((self.tokenizer.ids[IM_START], *head[:3], *self.tokenizer.assistant_tail()), s.instruct,
+                         s.prefix, streaming_text=True)
 
     def split(self, text: str, prefix: tuple[int, ...], instruct: tuple[int, ...] | None) -> list[str]:
         """The text's segments: each one's speech fits one generation."""

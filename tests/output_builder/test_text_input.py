@@ -1,0 +1,229 @@
+"""A request whose text arrives while it is spoken (`Engine.submit(StreamingSpeechRequest)`), on the tiny model.
+
+Order is shown by events: a test waits until the request has made every frame its text allows (it is then
+waiting for text) before it sends more, or sends at once to beat the Talker. The tiny model reads its text one
+token per frame and ends its audio (EOS) right after its end of text: it makes exactly one frame per text token
+and one more, and a frame whose input lacked its text token (`tts_pad` in its place) ends the audio there. Audio
+is compared byte for byte only between requests run alone (one row per step), as docs/testing.md explains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from output_builder.engine import Engine
+from output_builder.streams import AudioStream
+from output_builder.text_input import SpeechInput
+from talker.config import EngineConfig
+from talker.request import FinishReason, RequestError, SpeechRequest, StreamingSpeechRequest, TextLayout
+
+TEXT = "Hi there, it's 42."
+SETTINGS = [{"seed": 5}, {"seed": 6, "temperature": 0.0}]  # seeded sampling, and greedy
+
+
+@pytest.fixture
+async def engine(engine_config: EngineConfig) -> AsyncIterator[Engine]:
+    e = Engine(engine_config)
+    await e.start()
+    yield e
+    await e.stop()
+
+
+async def collect(stream: AudioStream) -> bytes:
+    return b"".join([c.tobytes() async for c in stream])
+
+
+async def wait_until(cond: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.002)
+
+
+def text_tokens(handle: SpeechInput) -> int:
+    return handle.stream.usage.input_tokens
+
+
+def frames(engine: Engine, handle: SpeechInput) -> int:
+    out = engine._outputs.get(handle.request_id)
+    return out.frames if out is not None else -1
+
+
+async def caught_up(engine: Engine, handle: SpeechInput) -> None:
+    """Until the request has made every frame its text so far allows (frame k takes text token k); at once if it
+    has not started (no text token yet)."""
+    await wait_until(lambda: frames(engine, handle) >= text_tokens(handle) or handle.stream.done)
+
+
+async def whole(engine: Engine, text: str, **settings: Any) -> bytes:
+    """The same text sent at once, in the streaming layout."""
+    return await collect(engine.submit(SpeechRequest(text=text, text_layout=TextLayout.STREAMING, **settings)))
+
+
+async def streamed(engine: Engine, pieces: list[str], wait: list[bool], **settings: Any) -> bytes:
+    """`pieces` appended in turn; before each later one, wait for the Talker to catch up where `wait` says."""
+    handle = engine.submit(StreamingSpeechRequest(**settings))
+    for piece, catch_up in zip(pieces, wait, strict=True):
+        if catch_up:
+            await caught_up(engine, handle)
+        handle.append(piece)
+    handle.finish()
+    audio = await collect(handle.stream)
+    assert handle.stream.finish_reason is FinishReason.EOS
+    return audio
+
+
+@pytest.mark.bitexact
+@pytest.mark.parametrize("settings", SETTINGS, ids=["seeded", "greedy"])
+async def test_split_at_every_character_the_audio_is_that_of_the_whole_text(engine: Engine,
+                                                                            settings: dict[str, Any]) -> None:
+    want = await whole(engine, TEXT, **settings)
+    assert want
+    for i in range(len(TEXT) + 1):
+        got = await streamed(engine, [TEXT[:i], TEXT[i:]], [False, True], **settings)
+        assert got == want, f"split at {i}: {TEXT[:i]!r} | {TEXT[i:]!r}"
+
+
+@pytest.mark.bitexact
+async def test_random_pieces_at_random_times_give_the_same_audio(engine: Engine) -> None:
+    text = "So, 3 cats (and 12 dogs) sat; naïve café talk, 日本語 too!"
+    want = await whole(engine, text, seed=9)
+    rng = random.Random(22)
+    for _ in range(6):
+        points = sorted(rng.sample(range(1, len(text)), rng.randint(2, 12)))
+        pieces = [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
+        got = await streamed(engine, pieces, [rng.random() < 0.5 for _ in pieces], seed=9)
+        assert got == want, pieces
+
+
+async def test_a_request_waits_for_text_without_steps_and_resumes(engine: Engine) -> None:
+    """While it waits, others are stepped and it is not: no step, no frame, no KV position."""
+    assert engine.worker is not None
+    batches: list[tuple[str, ...]] = []
+    engine.worker.fault_hook = lambda where, batch: batches.append(tuple(s.request_id for s in batch)) \
+        if where == "step" else None
+    handle = engine.submit(StreamingSpeechRequest(text="One two three four", seed=1))
+    await caught_up(engine, handle)
+    seq = engine.worker.scheduler.by_id[handle.request_id]
+    made, steps, kv = frames(engine, handle), len(batches), int(engine.worker.runner.lengths[seq.slot])
+    other = engine.submit(SpeechRequest(text="Meanwhile another request speaks a while.", seed=2))
+    await collect(other)
+    others = batches[steps:]
+    assert len(others) > 10 and all(handle.request_id not in b for b in others)
+    assert frames(engine, handle) == made and int(engine.worker.runner.lengths[seq.slot]) == kv
+    assert seq.starved and engine.stats()["slots_in_use"] == 1  # it keeps its slot
+    handle.append(" five six.")
+    handle.finish()
+    await collect(handle.stream)
+    stepped = sum(handle.request_id in b for b in batches)
+    # one step per frame (the prefill made the first), one for EOS, and none while it waited
+    assert handle.stream.finish_reason is FinishReason.EOS and handle.stream.usage.frames == text_tokens(handle) + 1
+    assert stepped - 1 <= text_tokens(handle) + 1
+
+
+async def test_cancel_while_waiting_frees_everything(engine: Engine) -> None:
+    handle = engine.submit(StreamingSpeechRequest(text="Waiting for words that", seed=3))
+    await caught_up(engine, handle)
+    handle.stream.cancel()
+    await wait_until(lambda: engine.stats()["slots_in_use"] == 0 and engine.active_requests() == 0)
+    handle.append(" never come.")  # harmless: the request is gone
+    handle.finish()
+    assert handle.stream.finish_reason is FinishReason.CANCELLED and await collect(handle.stream) == b""
+    assert engine.worker is not None and engine.worker.inbox.empty()
+    assert not engine._inputs and engine.pipeline is not None and not engine.pipeline.decoder.open_streams
+
+
+async def test_cancel_before_its_first_token_sends_nothing(engine: Engine) -> None:
+    handle = engine.submit(StreamingSpeechRequest(text="Hel", seed=3))
+    handle.stream.cancel()
+    handle.append("lo there world")
+    handle.finish()
+    assert engine.worker is not None
+    await wait_until(lambda: engine.worker.inbox.empty())  # type: ignore[union-attr]
+    assert engine.stats()["slots_in_use"] == 0 and handle.stream.finish_reason is FinishReason.CANCELLED
+
+
+async def test_streaming_and_ordinary_requests_share_steps(engine: Engine) -> None:
+    """Ordinary requests keep running while streaming ones wait, and each speaks its whole text."""
+    assert engine.worker is not None
+    batches: list[tuple[str, ...]] = []
+    engine.worker.fault_hook = lambda where, batch: batches.append(tuple(s.request_id for s in batch)) \
+        if where == "step" else None
+    ordinary = engine.submit_many([SpeechRequest(text=f"An ordinary request, number {i}, speaks. " * 4, seed=i)
+                                   for i in range(3)])
+    handles = [engine.submit(StreamingSpeechRequest(text="Streamed words", seed=10 + i)) for i in range(2)]
+    rng = random.Random(5)
+    for word in ["come", "in", "at", "their", "own", "pace", "and", "then", "stop."]:
+        for handle in handles:
+            if rng.random() < 0.5:
+                await caught_up(engine, handle)
+            handle.append(" " + word)
+    for handle in handles:
+        handle.finish()
+    streams = [*ordinary, *(h.stream for h in handles)]
+    await asyncio.gather(*(collect(s) for s in streams))
+    for stream in streams:  # the tiny model: one frame per text token and one more, then EOS
+        assert stream.finish_reason is FinishReason.EOS and stream.usage.frames == stream.usage.input_tokens + 1
+    ids = {h.request_id for h in handles}
+    together = [i for i, b in enumerate(batches) if ids <= set(b)]
+    assert together and len(batches[together[0]]) > len(ids)  # in one batch with ordinary ones
+    last = max(i for i, b in enumerate(batches) if ids & set(b))
+    # ordinary ones stepped while both streaming ones waited, between their first step together and their last
+    assert any(b and ids.isdisjoint(b) for b in batches[together[0] : last])
+
+
+async def test_a_quiet_text_ends_as_if_finished(engine_config: EngineConfig) -> None:
+    e = Engine(dataclasses.replace(engine_config, text_timeout_s=0.2))
+    await e.start()
+    try:
+        handle = e.submit(StreamingSpeechRequest(text="Then the writer went quiet", seed=4))
+        timed_out = asyncio.Event()
+        handle.on_timeout = timed_out.set
+        await asyncio.wait_for(timed_out.wait(), 30)
+        await collect(handle.stream)
+        assert handle.timed_out and handle.finished and handle.stream.finish_reason is FinishReason.EOS
+        assert handle.stream.usage.frames == text_tokens(handle) + 1  # all of it was spoken, then its end
+        with pytest.raises(RequestError):
+            handle.append(" more")
+    finally:
+        await e.stop()
+
+
+async def test_edge_cases(engine: Engine) -> None:
+    blank = engine.submit(StreamingSpeechRequest(text="  \n "))
+    blank.finish()
+    assert await collect(blank.stream) == b"" and blank.stream.finish_reason is FinishReason.EOS
+    handle = engine.submit(StreamingSpeechRequest(seed=1))
+    handle.append(b"caf\xc3")  # bytes cut inside "é"
+    handle.append(b"\xa9 ok")
+    handle.finish()
+    handle.finish()
+    assert await collect(handle.stream) and handle.text == "café ok"
+    with pytest.raises(RequestError):
+        handle.append("after the end")
+    with pytest.raises(RequestError):
+        engine.submit(StreamingSpeechRequest(text_layout=TextLayout.FULL))
+    with pytest.raises(RequestError):
+        engine.submit_many([StreamingSpeechRequest()])
+    long = engine.submit(StreamingSpeechRequest(max_frames=4))
+    with pytest.raises(RequestError):
+        long.append("x" * 5000)
+    long.stream.cancel()
+    await wait_until(lambda: engine.active_requests() == 0)
+
+
+async def test_the_layout_field_chooses_how_an_ordinary_request_is_fed(engine: Engine) -> None:
+    full = await collect(engine.submit(SpeechRequest(text=TEXT, seed=2, text_layout=TextLayout.FULL)))
+    streaming = await collect(engine.submit(SpeechRequest(text=TEXT, seed=2, text_layout=TextLayout.STREAMING)))
+    default = await collect(engine.submit(SpeechRequest(text=TEXT, seed=2)))  # tiny's own: streaming
+    assert default == streaming != full and full
+    with pytest.raises(RequestError):
+        engine.submit(SpeechRequest(text=TEXT, text_layout="sideways"))  # type: ignore[arg-type]
+
