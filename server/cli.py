@@ -17,7 +17,8 @@ from talker.config import EngineConfig, api_key_from_env
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 EXTENSIONS = {".wav": "wav", ".mp3": "mp3", ".opus": "opus", ".ogg": "opus", ".aac": "aac", ".flac": "flac",
               ".pcm": "pcm", ".raw": "pcm"}
-BENCHES = {"serve": "server.bench_serve", "step-gap": "server.bench_step_gap", "step_gap": "server.bench_step_gap"}
+BENCHES = {"serve": "server.bench_serve", "step-gap": "server.bench_step_gap", "step_gap": "server.bench_step_gap",
+           "text-stream": "server.bench_text_stream"}
 PCM_BYTES_PER_S = 24000 * 2
 UVICORN_SHUTDOWN_S = 5
 
@@ -63,7 +64,7 @@ def parser() -> argparse.ArgumentParser:
                         help="0.6b, 1.7b: random weights at Qwen3-TTS-12Hz-0.6B's or -1.7B's layer sizes "
                              "(for benchmarks at real sizes)")
 
-    bench = sub.add_parser("bench", help="benchmarks that print JSON (serve, step-gap)")
+    bench = sub.add_parser("bench", help="benchmarks that print JSON (serve, step-gap, text-stream)")
     bench.add_argument("name", choices=sorted(BENCHES))
     bench.add_argument("args", nargs=argparse.REMAINDER)
     return p

@@ -31,6 +31,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from websockets.http11 import Request
 
 from server import errors
+from server.realtime_events import MAX_EVENT_CHARS
 
 ABORT = "talkstream.abort"
 HEAD_TIMEOUT_S = 10.0
@@ -185,8 +186,6 @@ def default_max_connections() -> int:
 def ws_max_size() -> int:
     """The largest WebSocket message the server reads: the largest Realtime event, in UTF-8 bytes. A larger frame
     is refused (close 1009) by its header, before it is buffered."""
-    from server.routes_realtime import MAX_EVENT_CHARS  # not at the top: routes_realtime imports this module
-
     return MAX_EVENT_CHARS * UTF8_MAX_BYTES_PER_CHAR
 
 

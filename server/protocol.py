@@ -73,6 +73,9 @@ class SpeechBody(SamplingFields):
     speed: float = Field(default=1.0, ge=0.25, le=4.0)
     stream_format: Literal["audio", "sse"] = "audio"
     sample_rate: int | None = Field(default=None, ge=8000, le=48000, description="Output sample rate (default 24000)")
+    text_layout: Literal["full", "streaming"] | None = Field(
+        default=None, description="How the model takes the text: all of it in the prompt (full), or one token per "
+        "codec frame (streaming); the model's own layout when unset")
 
     @property
     def voice_name(self) -> str:

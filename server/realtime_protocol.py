@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from server.protocol import MAX_INPUT_CHARS, ErrorDetail, Name, ResponseStatus, SamplingFields, SpeechUsage, Text
 
 PCM_RATE = 24000
+TextLayoutName = Literal["full", "streaming"]
 Tokens = Annotated[int, Field(ge=1, le=2**31 - 1)] | Literal["inf"]  # OpenAI's output token limit; codec frames here
 # OpenAI session fields about input audio, tools and tracing: accepted while empty, reported when set
 _UNSUPPORTED = ("input_audio_format", "input_audio_transcription", "input_audio_noise_reduction", "turn_detection",
@@ -59,13 +60,14 @@ class OutputOptions(SamplingFields, _Open):
     output_audio_format: Literal["pcm16"] | None = None
     max_output_tokens: Tokens | None = None
     max_response_output_tokens: Tokens | None = None
+    text_layout: TextLayoutName | None = None  # Talkstream's: how the text is fed (the model's own when unset)
 
     def settings(self) -> dict[str, Any]:
         """The fields set, in one spelling (the GA one wins where both are given)."""
         out = self.audio.output if self.audio is not None and self.audio.output is not None else AudioOutput()
         values = {
             "voice": out.voice or self.voice, "speed": out.speed or self.speed, "instructions": self.instructions,
-            "language": self.language,
+            "language": self.language, "text_layout": self.text_layout,
             "max_output_tokens": self.max_output_tokens if self.max_output_tokens is not None
             else self.max_response_output_tokens,
             **{k: getattr(self, k) for k in SamplingFields.model_fields},
@@ -91,6 +93,11 @@ def _set(value: Any) -> bool:
 class SessionOptions(OutputOptions):
     type: Literal["realtime"] | None = None
     model: Name | None = None
+    text_streaming: bool | None = None  # Talkstream's: the first append starts a response that later ones feed
+
+    def settings(self) -> dict[str, Any]:
+        extra = {"text_streaming": self.text_streaming} if self.text_streaming is not None else {}
+        return super().settings() | extra
 
 
 class ContentPart(BaseModel):
@@ -118,9 +125,25 @@ class SessionUpdate(_ClientEvent):
     session: SessionOptions
 
 
+def _whole_but_edges(text: str) -> str:
+    """A piece of a text may start with the low half of a surrogate pair and end with the high half of the next
+    (a client cutting a string by UTF-16 code units): the pieces join into characters. Anywhere else a lone
+    surrogate is not text."""
+    inner = text[1 if text[:1] and "\udc00" <= text[0] <= "\udfff" else 0 :]
+    inner = inner[: -1 if inner[-1:] and "\ud800" <= inner[-1] <= "\udbff" else None]
+    try:
+        inner.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    except UnicodeDecodeError:
+        raise ValueError("contains a lone surrogate, which is not valid Unicode text") from None
+    return text
+
+
+TextPiece = Annotated[str, StringConstraints(strict=True), AfterValidator(_whole_but_edges)]
+
+
 class TextAppend(_ClientEvent):
     type: Literal["input_text_buffer.append"]
-    text: Text = Field(max_length=MAX_INPUT_CHARS)
+    text: TextPiece = Field(max_length=MAX_INPUT_CHARS)
 
 
 class TextCommit(_ClientEvent):
@@ -185,6 +208,8 @@ class RealtimeSession(SamplingFields):
     voice: str | None = None
     output_audio_format: Literal["pcm16"] = "pcm16"
     sample_rate: int = PCM_RATE
+    text_streaming: bool = False
+    text_layout: TextLayoutName | None = None
 
 
 class ContentOut(BaseModel):

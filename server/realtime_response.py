@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from output_builder.streams import AudioStream
+from output_builder.text_input import SpeechInput
 from server.protocol import ResponseStatus
 from server.realtime_protocol import (
     AudioDelta,
@@ -70,16 +71,21 @@ class ActiveResponse:
     max_output_tokens: int | Literal["inf"]
     conversation_id: str
     previous_item_id: str | None
+    feed: SpeechInput | None = None  # a text still arriving: the transcript is what has come
 
     def __post_init__(self) -> None:
         self.id = f"resp_{uuid.uuid4().hex[:20]}"
         self.item_id = f"item_{uuid.uuid4().hex[:20]}"
         self.task: Any = None  # the asyncio task streaming it
 
+    @property
+    def text(self) -> str:
+        return self.feed.text if self.feed is not None else self.transcript
+
     # Objects ------------------------------------------------------------------------------------------------------
     def item(self, status: ResponseStatus | None) -> MessageItem:
         state = {None: "in_progress", ResponseStatus.COMPLETED: "completed"}.get(status, "incomplete")
-        content = [ContentOut(type="output_audio", transcript=self.transcript if status else None)]
+        content = [ContentOut(type="output_audio", transcript=self.text if status else None)]
         return MessageItem(id=self.item_id, role="assistant", status=state, content=content)  # type: ignore[arg-type]
 
     def response(self, status: ResponseStatus | None = None, details: dict[str, Any] | None = None) -> RealtimeResponse:
@@ -117,10 +123,10 @@ class ActiveResponse:
 
     def closing(self, eid: EventId, status: ResponseStatus, details: dict[str, Any] | None) -> list[ServerEvent]:
         item, rid, iid = self.item(status), self.id, self.item_id
-        part = PartOut(transcript=self.transcript)
+        part = PartOut(transcript=self.text)
         return [
             AudioDone(event_id=eid(), response_id=rid, item_id=iid),
-            TranscriptDone(event_id=eid(), transcript=self.transcript, response_id=rid, item_id=iid),
+            TranscriptDone(event_id=eid(), transcript=self.text, response_id=rid, item_id=iid),
             ContentPartEvent(type="response.content_part.done", event_id=eid(), part=part, response_id=rid,
                              item_id=iid),
             OutputItemEvent(type="response.output_item.done", event_id=eid(), response_id=self.id, item=item),

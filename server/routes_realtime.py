@@ -11,21 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import uuid
 from typing import Any
 
 from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import JSONResponse
-from pydantic import TypeAdapter, ValidationError
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from output_builder.encoders import AudioFormat
 from output_builder.engine import Engine
+from output_builder.text_input import SpeechInput
 from server import errors
 from server.http_protocol import abort_of
 from server.protocol import ResponseStatus
+from server.realtime_events import EventError, parse_event
+from server.realtime_input import InputText, check_room
 from server.realtime_protocol import (
     AudioOut,
     AudioSection,
@@ -50,17 +51,14 @@ from server.realtime_protocol import (
 from server.realtime_response import ActiveResponse, failed, outcome
 from server.state import ServerState, authorize, server_state
 from server.transcode import AsyncTranscoder, Transcoder
-from talker.request import FinishReason, SpeechRequest
+from talker.request import FinishReason, SpeechRequest, StreamingSpeechRequest
 
 log = logging.getLogger("talkstream.realtime")
 router = APIRouter()
 PROTOCOL = "ws"
-MAX_EVENT_CHARS = 64 * 1024  # one event; 4096 characters of text fit many times over
-MAX_BUFFER_CHARS = 4096  # the input text buffer and pending items, as for `input` over HTTP
 MAX_RESPONSES_PER_SESSION = 1000
 CLOSE_TIMEOUT_S = 2.0  # a close frame that cannot be sent in this time (the peer is not reading): abort instead
 SERVICE_RESTART = 1012
-_events: TypeAdapter[ClientEvent] = TypeAdapter(ClientEvent)
 
 
 @router.websocket("/realtime")
@@ -103,7 +101,8 @@ class Session:
         self.id = f"sess_{uuid.uuid4().hex[:20]}"
         self.conversation_id = f"conv_{uuid.uuid4().hex[:20]}"
         self.settings: dict[str, Any] = {}  # OutputOptions.settings() of every session.update, merged
-        self.text_buffer: list[str] = []
+        self.input = InputText(self)
+        self._tasks: set[asyncio.Task[None]] = set()  # events sent from outside a client event (a quiet text's)
         self.pending_items: list[str] = []
         self.last_item_id: str | None = None
         self.active: ActiveResponse | None = None
@@ -221,36 +220,16 @@ class Session:
         return RealtimeSession(id=self.id, model=engine.model_id, instructions=s.get("instructions"),
                                max_output_tokens=s.get("max_output_tokens", "inf"), audio=audio,
                                language=s.get("language"), voice=s.get("voice"), sample_rate=engine.sample_rate,
+                               text_streaming=bool(s.get("text_streaming")), text_layout=s.get("text_layout"),
                                **sampling)
 
     # Client events ------------------------------------------------------------------------------------
     async def handle(self, text: str | None) -> None:
         """One client event. Whatever it holds, the answer is at most an `error` event."""
-        if text is None:
-            await self.error(errors.invalid("binary frames are not supported; send JSON text events",
-                                            code="invalid_event"))
-            return
-        if len(text) > MAX_EVENT_CHARS:
-            await self.error(errors.invalid(f"the event is larger than {MAX_EVENT_CHARS} characters",
-                                            code="event_too_large"))
-            return
         try:
-            data = json.loads(text)
-        except RecursionError:
-            await self.error(errors.invalid("the event is nested too deeply", code="invalid_json"))
-            return
-        except ValueError as exc:  # not JSON, or a number past Python's 4,300-digit limit
-            await self.error(errors.invalid(f"the event is not valid JSON: {str(exc)[:200]}", code="invalid_json"))
-            return
-        event_id = data.get("event_id") if isinstance(data, dict) else None
-        event_id = event_id if isinstance(event_id, str) and len(event_id) <= 256 else None
-        try:
-            event = _events.validate_python(data)
-        except ValidationError as exc:
-            await self.error(event_error(exc), _printable(event_id))
-            return
-        except RecursionError:
-            await self.error(errors.invalid("the event is nested too deeply", code="invalid_event"), None)
+            event = parse_event(text)
+        except EventError as exc:
+            await self.error(exc.error, exc.event_id)
             return
         try:
             await self.dispatch(event)
@@ -273,17 +252,11 @@ class Session:
                 await self.send(SessionEvent(type="session.updated", event_id=self._eid(), session=self._session()))
                 await self._report_unsupported(event.session, "session", event.event_id)
             case TextAppend():
-                self._check_room(self.text_buffer, event.text)
-                self.text_buffer.append(event.text)
+                await self.input.append(event.text)
             case TextClear():
-                self.text_buffer.clear()
+                self.input.clear()
             case TextCommit():
-                self._require_idle()
-                text = "".join(self.text_buffer)
-                if not text.strip():
-                    raise errors.invalid("the input text buffer is empty", code="input_text_buffer_empty")
-                await self.respond(text, OutputOptions())
-                self.text_buffer.clear()
+                await self.input.commit()
             case ItemCreate():
                 await self.add_item(event)
             case ResponseCreate():
@@ -291,9 +264,18 @@ class Session:
             case ResponseCancel():
                 self.cancel(event.response_id)
 
+    def _text_quiet(self) -> None:
+        """The engine ended a streaming text that went quiet (on the event loop, from its watchdog)."""
+        timeout = self.engine.config.text_timeout_s
+        err = errors.invalid(f"no text came for {timeout:g} s: the response's text was ended as if committed",
+                             "text", "input_text_timeout")
+        task = asyncio.get_running_loop().create_task(self.error(err))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def add_item(self, event: ItemCreate) -> None:
         text = " ".join(part.text for part in event.item.content)
-        self._check_room(self.pending_items, text)
+        check_room(self.pending_items, text)
         self.pending_items.append(text)
         item = MessageItem(id=event.item.id or f"item_{uuid.uuid4().hex[:20]}", role=event.item.role,
                            status="completed", content=[ContentOut(type="input_text", text=text)])
@@ -303,7 +285,7 @@ class Session:
                                                   previous_item_id=previous))
 
     async def create_response(self, event: ResponseCreate) -> None:
-        self._require_idle()
+        self.require_idle()
         unsupported = event.response.unsupported()
         if "input" in unsupported:  # out-of-band input would make it speak something other than was asked
             raise errors.invalid("response.input is not supported: add the text with conversation.item.create",
@@ -328,13 +310,7 @@ class Session:
             raise errors.invalid(f"unknown voice '{voice}'; available voices: {', '.join(sorted(voices))}",
                                  param, "invalid_value")
 
-    @staticmethod
-    def _check_room(buffer: list[str], text: str) -> None:
-        if sum(map(len, buffer)) + len(buffer) + len(text) > MAX_BUFFER_CHARS:
-            raise errors.invalid(f"the input text would exceed {MAX_BUFFER_CHARS} characters; commit or clear it",
-                                 "text", "input_text_buffer_full")
-
-    def _require_idle(self) -> None:
+    def require_idle(self) -> None:
         if self.active is not None:
             raise errors.invalid(f"response {self.active.id} is still in progress",
                                  code="conversation_already_has_active_response")
@@ -346,28 +322,36 @@ class Session:
         active.stream.cancel()
 
     # Responses ----------------------------------------------------------------------------------------------
-    async def respond(self, text: str, options: OutputOptions) -> None:
+    async def respond(self, text: str, options: OutputOptions, streaming: bool = False) -> None:
+        """A response to `text`; `streaming`: text that is only its beginning (the rest is appended)."""
         s = {**self.settings, **options.settings()}
         self._check_voice(s.get("voice"), "response.voice")
         if self.responses >= MAX_RESPONSES_PER_SESSION:
             raise errors.invalid(f"a session may create at most {MAX_RESPONSES_PER_SESSION} responses; open a new one",
                                  code="session_response_limit")
         limit = s.get("max_output_tokens", "inf")
-        request = SpeechRequest(text=text, voice=s.get("voice"), language=s.get("language"),
-                                instructions=s.get("instructions"), seed=s.get("seed"),
-                                temperature=s.get("temperature"), top_k=s.get("top_k"), top_p=s.get("top_p"),
-                                repetition_penalty=s.get("repetition_penalty"),
-                                max_frames=None if limit == "inf" else limit)
+        names = ("voice", "language", "instructions", "seed", "temperature", "top_k", "top_p", "repetition_penalty",
+                 "text_layout")
+        fields: dict[str, Any] = {k: s.get(k) for k in names}
+        fields["max_frames"] = None if limit == "inf" else limit
         engine, speed = self.engine, s.get("speed", 1.0)
         transcoder = Transcoder(AudioFormat.PCM, engine.sample_rate, None, speed)
+        feed: SpeechInput | None = None
         try:
-            stream = engine.submit(request)
+            if streaming:
+                feed = engine.submit(StreamingSpeechRequest(text=text, **fields))
+                stream = feed.stream
+            else:
+                stream = engine.submit(SpeechRequest(text=text, **fields))
         except Exception as exc:
             transcoder.close()
             raise errors.from_exception(exc) from exc
         self.responses += 1
         self.active = active = ActiveResponse(stream, AsyncTranscoder(transcoder, self.state.executor), text,
-                                              s.get("voice"), speed, limit, self.conversation_id, self.last_item_id)
+                                              s.get("voice"), speed, limit, self.conversation_id, self.last_item_id,
+                                              feed)
+        if feed is not None:
+            feed.on_timeout = self._text_quiet
         self.last_item_id = active.item_id
         await self.send_all(active.opening(self._eid))
         active.task = asyncio.create_task(self._stream(active), name=f"realtime-{active.id}")
@@ -425,17 +409,3 @@ class Session:
             active.task.cancel()
             await asyncio.gather(active.task, return_exceptions=True)
 
-
-def event_error(exc: ValidationError) -> errors.ApiError:
-    first = exc.errors()[0]
-    kind, loc = first["type"], [str(p) for p in first["loc"]]
-    if kind in ("union_tag_invalid", "union_tag_not_found"):
-        return errors.invalid("unknown or missing event type: send one of the documented client events",
-                              "type", "unknown_event")
-    param = ".".join(loc[1:]) or None
-    return errors.invalid(f"{param or 'event'}: {first['msg']}", _printable(param), "invalid_event")
-
-
-def _printable(text: str | None) -> str | None:
-    """A client's string echoed back, with anything that is not valid Unicode escaped."""
-    return None if text is None else text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -30,7 +30,7 @@ from server.protocol import (
 )
 from server.state import ServerState, server_state
 from server.transcode import AsyncTranscoder, Transcoder
-from talker.request import FinishReason, SpeechRequest
+from talker.request import FinishReason, SpeechRequest, TextLayout
 
 log = logging.getLogger("talkstream.speech")
 router = APIRouter()
@@ -217,7 +217,8 @@ def speech_request(model_rate: int, body: SpeechBody, fmt: AudioFormat) -> tuple
         raise errors.invalid(str(exc), "sample_rate", "invalid_value") from None
     return SpeechRequest(text=body.input, voice=body.voice_name, language=body.language,
                          instructions=body.instructions, seed=body.seed, temperature=body.temperature,
-                         top_k=body.top_k, top_p=body.top_p, repetition_penalty=body.repetition_penalty), rate
+                         top_k=body.top_k, top_p=body.top_p, repetition_penalty=body.repetition_penalty,
+                         text_layout=None if body.text_layout is None else TextLayout(body.text_layout)), rate
 
 
 async def first_chunk(stream: AudioStream, request: Request) -> np.ndarray | None:

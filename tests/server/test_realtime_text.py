@@ -1,0 +1,197 @@
+"""Text streamed into a Realtime response while it is spoken (`session.update` `text_streaming`), and the
+`text_layout` field of an ordinary request, over real sockets. Every server event parses as the official `openai`
+SDK's model of it (`recv`). Order is shown by events: a piece is sent after audio of the earlier ones has come."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from websockets.sync.client import ClientConnection, connect
+
+from tests.server.conftest import LiveServer
+from tests.server.leaks import wait_no_leaks
+from tests.server.test_realtime import OPENING, assert_completed, assert_sequence, recv, send, until_done
+
+TEXT = "Hello there, my friend. It's 3 o'clock, and the café is open!"
+
+
+@pytest.fixture
+def ws(live: LiveServer) -> Iterator[ClientConnection]:
+    with connect(live.ws_url, max_size=None, open_timeout=30) as conn:
+        yield session(conn, seed=7)
+
+
+def session(conn: ClientConnection, **settings: Any) -> ClientConnection:
+    assert recv(conn)["type"] == "session.created"
+    send(conn, "session.update", session={"text_streaming": True, **settings})
+    updated = recv(conn)
+    assert updated["type"] == "session.updated" and updated["session"]["text_streaming"] is True
+    return conn
+
+
+def ordinary(conn: ClientConnection, text: str, layout: str = "streaming") -> bytes:
+    """The whole text at once, as an ordinary response in the given layout."""
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    send(conn, "conversation.item.create", item=item)
+    assert [recv(conn)["type"] for _ in range(2)] == ["conversation.item.added", "conversation.item.done"]
+    send(conn, "response.create", response={"text_layout": layout})
+    events, audio = until_done(conn)
+    assert_completed(events, audio)
+    return audio
+
+
+def streamed(conn: ClientConnection, pieces: list[str]) -> tuple[list[dict[str, Any]], bytes]:
+    """The first piece starts the response at once; the others follow back to back, racing the Talker; the commit
+    ends its text."""
+    send(conn, "input_text_buffer.append", text=pieces[0])
+    events = [recv(conn) for _ in OPENING]
+    assert [e["type"] for e in events] == OPENING  # at once, before the text is complete
+    for piece in pieces[1:]:
+        send(conn, "input_text_buffer.append", text=piece)
+    send(conn, "input_text_buffer.commit")
+    more, _ = until_done(conn)
+    events += more
+    audio = b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta")
+    return events, audio
+
+
+def test_a_streamed_text_sounds_as_the_whole_text_in_the_streaming_layout(ws: ClientConnection) -> None:
+    want = ordinary(ws, TEXT)
+    rng = random.Random(3)
+    for _ in range(3):
+        points = sorted(rng.sample(range(1, len(TEXT)), 6))
+        pieces = [TEXT[a:b] for a, b in zip([0, *points], [*points, len(TEXT)], strict=True)]
+        events, audio = streamed(ws, pieces)
+        done = assert_sequence(events, "completed")
+        assert audio == want and done["output"][0]["content"][0]["transcript"] == TEXT
+        assert done["usage"]["input_tokens"] > 0 and len(audio) == 2 * done["usage"]["samples"]
+    assert ordinary(ws, TEXT, "full") != want  # the layout field reaches the model
+
+
+def test_pieces_sent_after_audio_has_come_resume_where_it_waited(live: LiveServer, ws: ClientConnection) -> None:
+    """The Talker speaks what it has, waits for more, and goes on: the audio is that of the whole text."""
+    want = ordinary(ws, TEXT)
+    words = TEXT.split(" ")
+    send(ws, "input_text_buffer.append", text=" ".join(words[:4]))
+    events = [recv(ws) for _ in OPENING]
+    for word in words[4:]:
+        events.append(recv(ws))
+        assert events[-1]["type"] == "response.output_audio.delta"  # audio, then the next word
+        send(ws, "input_text_buffer.append", text=" " + word)
+    send(ws, "input_text_buffer.commit")
+    more, _ = until_done(ws)
+    events += more
+    assert_sequence(events, "completed")
+    audio = b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta")
+    assert audio == want
+
+
+def wait_starved(live: LiveServer) -> None:
+    """Until a request holds its slot waiting for text (it has spoken all it has; read off the worker's state)."""
+    worker = live.engine.worker
+    assert worker is not None
+    deadline = time.monotonic() + 30
+    while not any(seq.starved for seq in list(worker.scheduler.running)):
+        assert time.monotonic() < deadline, "no request waits for text"
+        time.sleep(0.005)
+
+
+def test_cancel_while_it_waits_for_text(live: LiveServer, ws: ClientConnection) -> None:
+    send(ws, "input_text_buffer.append", text="These words come, and then no more")
+    events = [recv(ws) for _ in OPENING]
+    wait_starved(live)
+    send(ws, "response.cancel")
+    more, _ = until_done(ws)
+    assert_sequence(events + more, "cancelled")
+    assert not wait_no_leaks(live.url)
+    events, audio = streamed(ws, ["The text stream ended with its response: ", "this is a new one."])
+    assert_completed(events, audio)
+
+
+def test_a_quiet_text_is_ended_and_the_client_told(make_server: Callable[..., LiveServer]) -> None:
+    server = make_server(text_timeout_s=0.3)
+    with connect(server.ws_url, max_size=None, open_timeout=30) as conn:
+        session(conn, seed=1)
+        send(conn, "input_text_buffer.append", text="A writer who stops mid sentence and")
+        events: list[dict[str, Any]] = []
+        told: list[dict[str, Any]] = []
+        while not events or events[-1]["type"] != "response.done":
+            event = recv(conn)
+            (told if event["type"] == "error" else events).append(event)
+        [error] = told
+        assert error["error"]["code"] == "input_text_timeout" and error["error"]["param"] == "text"
+        done = assert_sequence(events, "completed")
+        assert done["output"][0]["content"][0]["transcript"] == "A writer who stops mid sentence and"
+        send(conn, "input_text_buffer.append", text="A new text, a new response.")
+        send(conn, "input_text_buffer.commit")
+        assert_completed(*until_done(conn))
+    assert not wait_no_leaks(server.url)
+
+
+def test_disconnect_while_it_waits_for_text(live: LiveServer) -> None:
+    with connect(live.ws_url, max_size=None, open_timeout=30) as conn:
+        session(conn)
+        send(conn, "input_text_buffer.append", text="A client that leaves while it writes")
+        assert [recv(conn)["type"] for _ in OPENING] == OPENING
+        wait_starved(live)
+    assert not wait_no_leaks(live.url)
+
+
+def test_bad_events_while_streaming_are_errors_and_the_session_goes_on(ws: ClientConnection) -> None:
+    send(ws, "input_text_buffer.append", text="Some text that is still arriving")
+    events = [recv(ws) for _ in OPENING]
+    send(ws, "input_text_buffer.clear")
+    send(ws, "input_text_buffer.append", text="\ud800x")  # json.dumps escapes it: a lone surrogate inside
+    send(ws, "response.create")
+    send(ws, "input_text_buffer.append", text=" and ends here.")
+    send(ws, "input_text_buffer.commit")
+    send(ws, "input_text_buffer.append", text="Too soon: the response is still speaking.")
+    errors: list[dict[str, Any]] = []
+    rest: list[dict[str, Any]] = []
+    while not rest or rest[-1]["type"] != "response.done":
+        event = recv(ws)
+        (errors if event["type"] == "error" else rest).append(event)
+    codes = [e["error"]["code"] for e in errors]
+    assert codes == ["input_text_buffer_streaming", "invalid_event", "conversation_already_has_active_response",
+                     "conversation_already_has_active_response"]
+    done = assert_sequence(events + rest, "completed")
+    assert done["output"][0]["content"][0]["transcript"] == "Some text that is still arriving and ends here."
+
+
+def test_surrogate_halves_in_separate_pieces_join(ws: ClientConnection) -> None:
+    whole = "Smile 😀 please."
+    raw = ['{"type": "input_text_buffer.append", "text": "Smile \\ud83d"}',
+           '{"type": "input_text_buffer.append", "text": "\\ude00 please."}']
+    for frame in raw:
+        ws.send(frame)
+    send(ws, "input_text_buffer.commit")
+    events, streamed_audio = until_done(ws)
+    done = assert_sequence(events, "completed")
+    assert done["output"][0]["content"][0]["transcript"] == whole
+    send(ws, "session.update", session={"text_streaming": False})
+    assert recv(ws)["type"] == "session.updated"
+    for frame in raw:
+        ws.send(frame)
+    send(ws, "input_text_buffer.commit")
+    events, buffered_audio = until_done(ws)
+    assert assert_sequence(events, "completed")["output"][0]["content"][0]["transcript"] == whole
+    assert buffered_audio == streamed_audio
+
+
+def test_the_http_text_layout_field(client: httpx.Client) -> None:
+    def speech(**fields: Any) -> httpx.Response:
+        body = {"model": "tiny", "input": TEXT, "voice": "alloy", "response_format": "pcm", "seed": 4, **fields}
+        return client.post("/v1/audio/speech", content=json.dumps(body))
+
+    full, streaming, default = (speech(text_layout="full"), speech(text_layout="streaming"), speech())
+    assert full.status_code == streaming.status_code == default.status_code == 200
+    assert default.content == streaming.content != full.content  # tiny's own layout is the streaming one
+    bad = speech(text_layout="sideways")
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "text_layout"
