@@ -55,7 +55,7 @@ class InputText:
             engine_call(feed.finish)
             return
         self.session.require_idle()
-        text = joined(self.buffer)
+        text = "".join(self.buffer)
         if not text.strip():
             raise errors.invalid("the input text buffer is empty", code="input_text_buffer_empty")
         await self.session.respond(text, OutputOptions())
@@ -80,11 +80,3 @@ def engine_call(fn: Callable[..., None], *args: Any) -> None:
     except RequestError as exc:
         raise errors.from_exception(exc) from exc
 
-
-def joined(pieces: list[str]) -> str:
-    """The buffered pieces as one text: surrogate halves at their edges join into characters."""
-    try:
-        return "".join(pieces).encode("utf-16-le", "surrogatepass").decode("utf-16-le")
-    except UnicodeDecodeError:
-        raise errors.invalid("the input text buffer ends inside a character (a lone surrogate)", "text",
-                             "invalid_value") from None

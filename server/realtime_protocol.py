@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field
 
 from server.protocol import MAX_INPUT_CHARS, ErrorDetail, Name, ResponseStatus, SamplingFields, SpeechUsage, Text
 
@@ -125,25 +125,9 @@ class SessionUpdate(_ClientEvent):
     session: SessionOptions
 
 
-def _whole_but_edges(text: str) -> str:
-    """A piece of a text may start with the low half of a surrogate pair and end with the high half of the next
-    (a client cutting a string by UTF-16 code units): the pieces join into characters. Anywhere else a lone
-    surrogate is not text."""
-    inner = text[1 if text[:1] and "\udc00" <= text[0] <= "\udfff" else 0 :]
-    inner = inner[: -1 if inner[-1:] and "\ud800" <= inner[-1] <= "\udbff" else None]
-    try:
-        inner.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
-    except UnicodeDecodeError:
-        raise ValueError("contains a lone surrogate, which is not valid Unicode text") from None
-    return text
-
-
-TextPiece = Annotated[str, StringConstraints(strict=True), AfterValidator(_whole_but_edges)]
-
-
 class TextAppend(_ClientEvent):
     type: Literal["input_text_buffer.append"]
-    text: TextPiece = Field(max_length=MAX_INPUT_CHARS)
+    text: Text = Field(max_length=MAX_INPUT_CHARS)
 
 
 class TextCommit(_ClientEvent):

@@ -112,12 +112,14 @@ async def test_a_request_waits_for_text_without_steps_and_resumes(engine: Engine
     handle = engine.submit(StreamingSpeechRequest(text="One two three four", seed=1))
     await caught_up(engine, handle)
     seq = engine.worker.scheduler.by_id[handle.request_id]
-    made, steps, kv = frames(engine, handle), len(batches), int(engine.worker.runner.lengths[seq.slot])
+    made, steps = frames(engine, handle), len(batches)
     other = engine.submit(SpeechRequest(text="Meanwhile another request speaks a while.", seed=2))
     await collect(other)
     others = batches[steps:]
     assert len(others) > 10 and all(handle.request_id not in b for b in others)
-    assert frames(engine, handle) == made and int(engine.worker.runner.lengths[seq.slot]) == kv
+    # its KV holds the prompt and a position per frame after the first (the prefill made that one), no more
+    kv = int(engine.worker.runner.lengths[seq.slot])
+    assert frames(engine, handle) == made and kv == seq.prefill_len + made - 1
     assert seq.starved and engine.stats()["slots_in_use"] == 1  # it keeps its slot
     handle.append(" five six.")
     handle.finish()
