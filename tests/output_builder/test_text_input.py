@@ -67,12 +67,17 @@ async def whole(engine: Engine, text: str, **settings: Any) -> bytes:
     return await collect(engine.submit(SpeechRequest(text=text, text_layout=TextLayout.STREAMING, **settings)))
 
 
-async def streamed(engine: Engine, pieces: list[str], wait: list[bool], **settings: Any) -> bytes:
-    """`pieces` appended in turn; before each later one, wait for the Talker to catch up where `wait` says."""
+async def streamed(engine: Engine, pieces: list[str], wait: list[bool], others: list[bool] | None = None,
+                   **settings: Any) -> bytes:
+    """`pieces` appended in turn; before each later one, wait for the Talker to catch up where `wait` says, and
+    where `others` says, have another request run to its end while this one waits (its steps then take the waiting
+    one's last feedback, summed without the text token it lacked: that token must be summed in when it comes)."""
     handle = engine.submit(StreamingSpeechRequest(**settings))
-    for piece, catch_up in zip(pieces, wait, strict=True):
+    for i, (piece, catch_up) in enumerate(zip(pieces, wait, strict=True)):
         if catch_up:
             await caught_up(engine, handle)
+            if others and others[i] and text_tokens(handle):
+                await collect(engine.submit(SpeechRequest(text="Meanwhile.", seed=i)))
         handle.append(piece)
     handle.finish()
     audio = await collect(handle.stream)
@@ -87,7 +92,7 @@ async def test_split_at_every_character_the_audio_is_that_of_the_whole_text(engi
     want = await whole(engine, TEXT, **settings)
     assert want
     for i in range(len(TEXT) + 1):
-        got = await streamed(engine, [TEXT[:i], TEXT[i:]], [False, True], **settings)
+        got = await streamed(engine, [TEXT[:i], TEXT[i:]], [False, True], [False, i % 2 == 1], **settings)
         assert got == want, f"split at {i}: {TEXT[:i]!r} | {TEXT[i:]!r}"
 
 
@@ -99,7 +104,8 @@ async def test_random_pieces_at_random_times_give_the_same_audio(engine: Engine)
     for _ in range(6):
         points = sorted(rng.sample(range(1, len(text)), rng.randint(2, 12)))
         pieces = [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
-        got = await streamed(engine, pieces, [rng.random() < 0.5 for _ in pieces], seed=9)
+        got = await streamed(engine, pieces, [rng.random() < 0.5 for _ in pieces], [rng.random() < 0.5 for _ in pieces],
+                             seed=9)
         assert got == want, pieces
 
 

@@ -1,5 +1,6 @@
 """The Talker worker with a text fed over time (`Feed`): it waits where the text runs out, with no step, and its
-codes are those of the whole text in the streaming layout's prompt. Alone, so every step has the same one row."""
+codes are those of the whole text in the streaming layout's prompt. Each of its steps has it alone (the same one
+row as the whole text's), while other requests run only while it waits."""
 
 from __future__ import annotations
 
@@ -69,8 +70,16 @@ def test_fed_text_gives_the_whole_prompts_codes_and_waits_without_steps(
         def waits(sent: int) -> Callable[[], bool]:  # it has made frame 0 and a frame per token sent, then waits
             return lambda: len(recorder.rows["fed"]) == sent + 1 and fed.starved
 
-        for n in chunks:
+        def ends(rid: str) -> Callable[[], bool]:
+            return lambda: len(recorder.rows[rid]) == 4
+
+        for i, n in enumerate(chunks):
             wait_for(waits(sent), "it waits for text")
+            # another request runs to its end meanwhile: its steps take the feedback of the waiting one's last step,
+            # summed without the text token it lacked (which must be summed in again when it comes)
+            other = Seq(f"other{i}", whole.prompt, whole.params, i, 4, None)
+            worker.send(Submit((other,)))
+            wait_for(ends(other.request_id), "the other request ends")
             worker.send(Feed("fed", tuple(tokens[1 + sent : 1 + sent + n])))
             sent = min(sent + n, len(tokens) - 1)
         worker.send(Feed("fed", tuple(tokens[1 + sent :]), done=True))
