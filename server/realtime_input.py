@@ -44,8 +44,9 @@ class InputText:
         if (feed := self.streaming_into()) is not None:
             engine_call(feed.append, text)
         elif self.session.settings.get("text_streaming"):
-            self.session.require_idle()
-            await self.session.respond(text, OutputOptions(), streaming=True)
+            self.session.require_idle()  # text appended before streaming was turned on goes first
+            await self.session.respond("".join(self.buffer) + text, OutputOptions(), streaming=True)
+            self.buffer.clear()
         else:
             check_room(self.buffer, text)
             self.buffer.append(text)
@@ -54,6 +55,9 @@ class InputText:
         if (feed := self.streaming_into()) is not None:
             engine_call(feed.finish)
             return
+        active = self.session.active
+        if active is not None and active.feed is not None and active.feed.timed_out and not self.buffer:
+            return  # its text was already ended for being quiet (the client was told): this commit is that end
         self.session.require_idle()
         text = "".join(self.buffer)
         if not text.strip():

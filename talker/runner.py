@@ -11,6 +11,7 @@ input is summed again from the same two parts, as the feedback would have summed
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from talker.sampler_native import SamplingKernel
 from talker.scheduler import Seq, StepPlan
 
 MIN_FRAMES_BEFORE_EOS = 2
+log = logging.getLogger("talkstream.worker")
 
 
 @dataclass(slots=True)
@@ -163,10 +165,10 @@ class Runner:
         for slot in slots:
             for bt, _, emb_sum, _ in reversed(self._feedback):
                 if (row := bt.rows.get(slot)) is not None:
-                    self._kept[slot] = emb_sum[row]
+                    self._kept[slot] = emb_sum[row].clone()  # [H]; not the whole batch's tensor
                     break
-            else:
-                raise RuntimeError(f"no pending frame for slot {slot}")
+            else:  # a bug, not a reason to stop every request: this one would hear tts_pad where a token belongs
+                log.error("no pending frame for slot %d: its next input keeps tts_pad for its missing token", slot)
 
     def refresh(self, slot: int) -> None:
         """The text token `slot`'s next input was missing has been written: the next forward sums it in."""

@@ -8,12 +8,14 @@ import base64
 import random
 import time
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
+from server.realtime_input import InputText
 from tests.server.conftest import LiveServer
 from tests.server.leaks import wait_no_leaks
 from tests.server.test_realtime import OPENING, assert_completed, assert_sequence, recv, send, until_done
@@ -173,3 +175,40 @@ def test_the_http_text_layout_field(client: httpx.Client) -> None:
     assert default.content == streaming.content != full.content  # tiny's own layout is the streaming one
     bad = speech(text_layout="sideways")
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "text_layout"
+
+
+def test_text_buffered_before_streaming_was_turned_on_goes_first(live: LiveServer) -> None:
+    with connect(live.ws_url, max_size=None, open_timeout=30) as conn:
+        assert recv(conn)["type"] == "session.created"
+        send(conn, "input_text_buffer.append", text="Buffered first, ")
+        send(conn, "session.update", session={"text_streaming": True})
+        assert recv(conn)["type"] == "session.updated"
+        send(conn, "input_text_buffer.append", text="then streamed.")
+        send(conn, "input_text_buffer.commit")
+        events, audio = until_done(conn)
+        done = assert_sequence(events, "completed")
+        assert done["output"][0]["content"][0]["transcript"] == "Buffered first, then streamed." and audio
+
+
+async def test_a_commit_after_a_quiet_timeout_is_that_end_not_an_error() -> None:
+    """The client's commit may cross the `input_text_timeout` event: while the response speaks on, it is a no-op."""
+
+    class Feed:
+        finished, timed_out, stream = True, True, None
+
+    class Session:
+        def __init__(self) -> None:
+            self.settings = {"text_streaming": True}
+            self.active = SimpleNamespace(feed=Feed())
+
+        async def respond(self, text: str, options: Any, streaming: bool = False) -> None:
+            raise AssertionError("no new response")
+
+        def require_idle(self) -> None:
+            raise AssertionError("not asked")
+
+    text = InputText(Session())  # type: ignore[arg-type]
+    await text.commit()
+    text.buffer.append("more")  # but text after it is not that end
+    with pytest.raises(AssertionError, match="not asked"):
+        await text.commit()
