@@ -48,3 +48,30 @@ def test_fusion_keeps_the_modules_weights(tiny_dir: Path) -> None:
     assert before.keys() == after.keys()
     for name, weight in before.items():
         assert torch.equal(weight, after[name]), name
+
+
+def test_the_attention_runs_on_one_thread_and_the_workers_threads_are_put_back(
+    tiny_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its matrices are tiny, and a parallel region waits for its slowest thread (a scheduler slice when the codec
+    holds the other core), so the fused attention runs single-threaded inside a multi-threaded worker."""
+    loaded = load_talker(tiny_dir, torch.device("cpu"), torch.float32)
+    fused = FusedPredictor(loaded.model.talker.code_predictor, 4, loaded.cfg.num_code_groups + 1)
+    seen: list[int] = []
+    bmm = torch.bmm
+
+    def spy(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        seen.append(torch.get_num_threads())
+        return bmm(a, b)
+
+    monkeypatch.setattr(torch, "bmm", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch.inference_mode():
+            fused.step(torch.randn(3, 2, loaded.cfg.talker.hidden_size), 0)
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert seen and set(seen) == {1}
+    assert after == 2
