@@ -25,7 +25,7 @@ class OpenSpeech(Protocol):
 
 
 class OpenSession(Protocol):
-    """A Realtime session (`routes_realtime.Session`)."""
+    """A Realtime session (`realtime_session.Session`)."""
 
     @property
     def busy(self) -> bool: ...

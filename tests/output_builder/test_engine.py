@@ -7,7 +7,6 @@ import dataclasses
 import os
 import threading
 import time
-from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
@@ -19,13 +18,6 @@ from talker.request import EngineBusyError, EngineDeadError, EngineState, Finish
 
 TEXT = "Hello world, this is a tiny test of the streaming engine."
 
-
-@pytest.fixture
-async def engine(engine_config: EngineConfig) -> AsyncIterator[Engine]:
-    e = Engine(engine_config)
-    await e.start()
-    yield e
-    await e.stop()
 
 
 async def collect(stream: AudioStream) -> np.ndarray:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -14,14 +13,6 @@ from talker.request import EngineDeadError, EngineState, FinishReason, RequestFa
 from talker.scheduler import SeqStatus
 
 from .test_engine import TEXT, assert_idle, collect, wait_until
-
-
-@pytest.fixture
-async def engine(engine_config: EngineConfig) -> AsyncIterator[Engine]:
-    e = Engine(engine_config)
-    await e.start()
-    yield e
-    await e.stop()
 
 
 def fail_once(stage: str):  # type: ignore[no-untyped-def]

@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,13 +27,6 @@ from talker.request import FinishReason, RequestError, SpeechRequest, StreamingS
 TEXT = "Hi there, it's 42."
 SETTINGS = [{"seed": 5}, {"seed": 6, "temperature": 0.0}]  # seeded sampling, and greedy
 
-
-@pytest.fixture
-async def engine(engine_config: EngineConfig) -> AsyncIterator[Engine]:
-    e = Engine(engine_config)
-    await e.start()
-    yield e
-    await e.stop()
 
 
 async def collect(stream: AudioStream) -> bytes:

@@ -18,7 +18,7 @@ from websockets.sync.client import ClientConnection, connect
 from server.realtime_input import InputText
 from tests.server.conftest import LiveServer
 from tests.server.leaks import wait_no_leaks
-from tests.server.test_realtime import OPENING, assert_completed, assert_sequence, recv, send, until_done
+from tests.server.realtime_client import OPENING, assert_completed, assert_sequence, recv, send, until_done
 
 TEXT = "Hello there, my friend. It's 3 o'clock, and the café is open!"
 
