@@ -33,6 +33,7 @@ class RequestOutput:
     segment_frames: int = 1 << 62  # one segment's frames at most (a Seq's max_frames)
     segments_left: int = 0
     on_segment_end: Callable[[RequestOutput], None] | None = None  # starts the next segment
+    context: np.ndarray | None = None  # [G, F] a cloned voice's reference frames: decoded first, heard never
     stream_id: int = field(default_factory=lambda: next(_stream_ids))  # names its codec state
     released: bool = False  # codec state dropped
     frames: int = 0  # frames accepted (EOS and later frames are not counted)
@@ -79,7 +80,10 @@ class RequestOutput:
         codes = np.stack(self._pending, axis=1) if self._pending else None  # [G, N]
         self._pending = []
         self.chunks += 1
-        return ChunkJob(self, codes, final, first=self.chunks == 1)
+        context = self.context if self.chunks == 1 and codes is not None else None
+        if context is not None:  # the codec hears the reference first, as the official decode does (ICL cloning)
+            codes = np.concatenate([context.astype(codes.dtype), codes], axis=1)  # type: ignore[union-attr]
+        return ChunkJob(self, codes, final, first=self.chunks == 1, context=0 if context is None else context.shape[1])
 
     def abandon(self) -> None:
         """Cancelled or failed: accept no more frames."""
@@ -107,7 +111,12 @@ class ChunkJob:
     codes: np.ndarray | None  # [G, N], None when a final chunk has no new frames
     final: FinishReason | None
     first: bool = False  # the request's first chunk: nothing of it has been decoded yet
+    context: int = 0  # leading frames of `codes` that prime the codec and whose audio is dropped
 
     @property
     def frames(self) -> int:
         return 0 if self.codes is None else int(self.codes.shape[1])
+
+    def heard(self, audio: np.ndarray) -> np.ndarray:
+        """The decoded chunk without its context's audio (every frame decodes to the same number of samples)."""
+        return audio[len(audio) * self.context // self.frames:] if self.context else audio

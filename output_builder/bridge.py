@@ -136,8 +136,8 @@ class OutputPipeline:
         for job, audio in zip(jobs, pcm, strict=True):
             stream = job.out.stream
             if audio is not None:
-                stream.usage.frames += job.codes.shape[1] if job.codes is not None else 0
-                stream.put(audio)
+                stream.usage.frames += job.frames - job.context
+                stream.put(job.heard(audio))
             if job.final is not None:
                 self.decoder.release(job.out)
                 stream.finish(job.final)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import overload
 
+import numpy as np
 import torch
 
 from output_builder.assembler import RequestOutput
@@ -28,6 +29,7 @@ from talker.models.loader import LoadedTalker, load_talker, resolve_dtype
 from talker.models.qwen3_tts.config import read_json
 from talker.models.tiny import ensure_tiny
 from talker.request import (
+    ClonePrompt,
     EngineBusyError,
     EngineDeadError,
     EngineState,
@@ -36,10 +38,12 @@ from talker.request import (
     RequestFailedError,
     SpeechRequest,
     StreamingSpeechRequest,
+    VoiceKind,
 )
 from talker.runner import Runner
 from talker.sampler_native import SamplingKernel, load_sampling_kernel
 from talker.scheduler import Seq, TextFeed
+from talker.voices.clone import VoiceEncoder
 from talker.worker import Abort, Pause, Stop, Submit, TalkerWorker
 
 log = logging.getLogger("talkstream.engine")
@@ -58,6 +62,8 @@ class Loaded:
     sample_rate: int
     sampler: SamplingKernel | None  # the CPU sampling kernel, when native kernels are on and build here
     threads: Threads
+    voice_encoder: VoiceEncoder | None  # Base checkpoints: reference recordings → clone prompts
+
 
 
 class Engine:
@@ -134,11 +140,15 @@ class Engine:
         frontend = Frontend(talker.cfg, talker.generation, load_tokenizer(path), max_frames, cfg.text_width,
                             cfg.max_len - max_frames)
         sampler = load_sampling_kernel(kernels_dir) if kernels_dir else None
-        return Loaded(path, talker, codec, process, frontend, device, sample_rate, sampler, threads)
+        voices = VoiceEncoder(path) if frontend.kind is VoiceKind.BASE else None
+        return Loaded(path, talker, codec, process, frontend, device, sample_rate, sampler, threads, voices)
 
     async def _warmup(self) -> None:
         frames = min(12, self.config.max_frames, self.config.max_len // 2)
-        stream = self.submit(SpeechRequest(text="Warm up.", seed=0, max_frames=frames))
+        assert self._loaded is not None
+        # a Base checkpoint has no voice of its own: a silent x-vector stands in
+        clone = ClonePrompt((0.0,) * self._loaded.talker.cfg.talker.hidden_size) if self._loaded.voice_encoder else None
+        stream = self.submit(SpeechRequest(text="Warm up.", seed=0, max_frames=frames, clone=clone))
         async for _ in stream:
             pass
 
@@ -172,6 +182,8 @@ class Engine:
             await self._bridge.stop()
         if self._codec_pool is not None:  # a dead engine's codec thread may be hung: do not wait for it
             self._codec_pool.shutdown(wait=self.state is not EngineState.DEAD)
+        if self._loaded is not None and self._loaded.voice_encoder is not None:
+            self._loaded.voice_encoder.close()
         if self._loaded is not None and self._loaded.codec_process is not None:
             await asyncio.to_thread(self._loaded.codec_process.stop)
         self.state = EngineState.STOPPED if self.state is not EngineState.DEAD else EngineState.DEAD
@@ -238,6 +250,8 @@ class Engine:
     def _seq_for(self, p: Prepared) -> Seq:
         out = self._output(p.request.request_id, p.limit, len(p.segments) - 1, self._segment_ended(p))
         out.stream.usage.input_tokens = p.input_tokens
+        if (ref := p.prompt.reference) is not None:
+            out.context = np.array(ref.codes, dtype=np.int64).T  # [G, F]
         return Seq(out.request_id, p.prompt, p.params, p.seed, p.max_frames, out)
 
     def _output(self, rid: str, limit: int | None, segments_left: int = 0,
@@ -369,6 +383,20 @@ class Engine:
     @property
     def voices(self) -> dict[str, Voice]:
         return self._loaded.frontend.voices if self._loaded else {}
+
+    @property
+    def voice_kind(self) -> VoiceKind:
+        return self._loaded.frontend.kind if self._loaded else VoiceKind.CUSTOM_VOICE
+
+    async def clone_prompt(self, wav: np.ndarray, transcript: str | None) -> ClonePrompt:
+        """A reference recording (float32 mono, 24 kHz) → the clone prompt of a voice, for Base checkpoints. With a
+        transcript: in-context cloning; without: x-vector only. Runs on the voice encoder's own thread."""
+        if self._loaded is None or self.state is not EngineState.READY:
+            raise EngineDeadError(f"the engine is {self.state.value}")
+        if self._loaded.voice_encoder is None:
+            raise RequestError(f"this model cannot clone voices (it is a {self.voice_kind.value} checkpoint; cloning "
+                               "needs a Base one)", param="model")
+        return await self._loaded.voice_encoder.create(wav, transcript)
 
     @property
     def languages(self) -> list[str]:

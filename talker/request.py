@@ -99,6 +99,29 @@ class SamplingParams:
 
 
 @dataclass(frozen=True, slots=True)
+class ClonePrompt:
+    """A voice cloned from a reference recording, for checkpoints that clone (Qwen3-TTS Base): the speaker
+    encoder's x-vector and, for in-context cloning, the reference's codec codes and its transcript. Plain data, so
+    that it can be stored, and crosses threads by value."""
+
+    x_vector: tuple[float, ...]
+    ref_codes: tuple[tuple[int, ...], ...] | None = None  # [frames][codebooks]: in-context cloning only
+    ref_text: str | None = None  # the reference's words (in-context cloning only)
+
+    @property
+    def in_context(self) -> bool:
+        return self.ref_codes is not None
+
+
+class VoiceKind(StrEnum):
+    """What a checkpoint's voices are (its `tts_model_type`)."""
+
+    CUSTOM_VOICE = "custom_voice"  # named speakers
+    BASE = "base"  # voices cloned from a recording
+    VOICE_DESIGN = "voice_design"  # voices described in words (the instructions)
+
+
+@dataclass(frozen=True, slots=True)
 class SpeechRequest:
     """What a client asks for. Unset sampling fields take the checkpoint's generation defaults."""
 
@@ -112,7 +135,8 @@ class SpeechRequest:
     top_p: float | None = None
     repetition_penalty: float | None = None
     max_frames: int | None = None  # the whole response's frames at most (a limit the client set)
-    text_layout: TextLayout | None = None  # None: the checkpoint's own (generation_config's non_streaming_mode)
+    text_layout: TextLayout | None = None  # None: the official default of the checkpoint's kind
+    clone: ClonePrompt | None = None  # a cloned voice (Base checkpoints), instead of `voice`
     request_id: str = field(default_factory=lambda: f"req-{next(_ids)}")
 
 

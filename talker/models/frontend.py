@@ -5,29 +5,27 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from talker.models.catalog import OPENAI_VOICES, Voice, build_voices, voice_kind
 from talker.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
-from talker.models.qwen3_tts.prompt import PromptIds, codec_prefix
+from talker.models.qwen3_tts.prompt import PromptIds, Reference, codec_prefix
 from talker.models.segmenter import split_text
 from talker.models.tokenizer import IM_START, TextTokenizer, load_tokenizer
-from talker.request import MAX_INPUT_CHARS, RequestError, SamplingParams, SpeechRequest, TextLayout
+from talker.request import (
+    MAX_INPUT_CHARS,
+    ClonePrompt,
+    RequestError,
+    SamplingParams,
+    SpeechRequest,
+    TextLayout,
+    VoiceKind,
+)
 
 __all__ = ["OPENAI_VOICES", "Frontend", "Prepared", "Voice", "load_tokenizer"]
-
-OPENAI_VOICES = (
-    "alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse", "marin", "cedar",
-)
 # A slow speaker's codec frames per text token (an ordinary pace is ~3.5): a segment of max_frames // 8 tokens is
 # spoken within max_frames, so a long text is split before the frame cap could cut it.
 FRAMES_PER_TOKEN = 8
 MIN_SEGMENT_TOKENS = 16  # instructions must leave at least this much of the prompt to the text
 MAX_FRAMES_LIMIT = 2**31 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class Voice:
-    name: str
-    speaker: str | None  # the checkpoint speaker it maps onto
-    alias_of: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +56,11 @@ class Settings:
     seed: int
     max_frames: int
     limit: int | None
+    speaker_vector: tuple[float, ...] | None = None  # a cloned voice
+    reference: Reference | None = None  # in-context cloning
+
+    def prompt(self, text_ids: tuple[int, ...], streaming: bool) -> PromptIds:
+        return PromptIds(text_ids, self.instruct, self.prefix, streaming, self.speaker_vector, self.reference)
 
 
 class Frontend:
@@ -67,6 +70,7 @@ class Frontend:
     ) -> None:
         self.cfg, self.gen, self.tokenizer = cfg, gen, tokenizer
         self.max_frames, self.text_width, self.max_prompt = max_frames, text_width, max_prompt
+        self.kind = voice_kind(cfg)
         self.voices = build_voices(cfg)
 
     @property
@@ -83,18 +87,23 @@ class Frontend:
                                param="input")
         s = self.settings(req)
         streaming = self.streaming_layout(req.text_layout)
-        segments = tuple(PromptIds(self.tokenizer.assistant(piece), s.instruct, s.prefix, streaming)
-                         for piece in self.split(text, s.prefix, s.instruct))
+        segments = tuple(s.prompt(self.tokenizer.assistant(piece), streaming) for piece in self.split(text, s))
+        ref = len(s.reference.text_ids) if s.reference else 0
         for prompt in segments:  # the budget keeps every segment within both; a last line of defence
-            if len(prompt.text) + 1 > self.text_width or prompt.token_bound > self.max_prompt:
+            if ref + len(prompt.text) + 1 > self.text_width or prompt.token_bound > self.max_prompt:
                 raise RequestError("input could not be split into pieces this model can speak", param="input")
         tokens = sum(len(p.text) for p in segments) + len(s.instruct or ())
         return Prepared(req, segments, s.params, s.seed, s.max_frames, s.limit, tokens)
 
     def settings(self, req: SpeechRequest) -> Settings:
         """Validates all but the text."""
-        prefix = codec_prefix(self.cfg, req.language, self.speaker_for(req.voice))
-        instruct = self._instruct_ids(req.instructions)
+        vector, reference = self._clone(req.clone)
+        voice = None if req.clone is not None else self._voice(req.voice)
+        speaker = voice.speaker if voice else None
+        prefix = codec_prefix(self.cfg, req.language, speaker, vector=vector is not None)
+        description = voice.description if voice else None
+        instructions = "\n".join(t for t in (description, req.instructions) if t) or None
+        instruct = self._instruct_ids(instructions)
         params = self.sampling(req)
         limit = req.max_frames
         if limit is not None and not 1 <= limit <= MAX_FRAMES_LIMIT:
@@ -103,7 +112,7 @@ class Frontend:
         if not 0 <= seed < 2**63:
             raise RequestError("seed must be a non-negative 63-bit integer", param="seed")
         return Settings(prefix, instruct, params, seed & 0x7FFFFFFF, min(self.max_frames, limit or self.max_frames),
-                        limit)
+                        limit, vector, reference)
 
     def prepare_stream(self, req: SpeechRequest) -> Settings:
         """A request whose text arrives over time (its text is validated as it comes)."""
@@ -111,12 +120,16 @@ class Frontend:
             raise RequestError("a text that arrives over time is fed one token per frame: text_layout must be "
                                "'streaming' (or left out)", param="text_layout")
         s = self.settings(req)
-        self._budget(s.prefix, s.instruct)  # instructions that leave no room are refused as for any request
+        if s.reference is not None:
+            raise RequestError("a voice cloned in context (with a transcript) needs the whole text up front: send "
+                               "the text at once, or use a voice made without a transcript", param="voice")
+        self._budget(s)  # instructions that leave no room are refused as for any request
         return s
 
     def streaming_layout(self, layout: TextLayout | str | None) -> bool:
-        if layout is None:
-            return not self.gen.non_streaming_mode
+        if layout is None:  # generation_config's key, else the official default of the checkpoint's task
+            full = self.gen.non_streaming_mode
+            return not full if full is not None else self.kind is VoiceKind.BASE
         try:
             return TextLayout(layout) is TextLayout.STREAMING
         except ValueError:
@@ -125,44 +138,73 @@ class Frontend:
     def stream_prompt(self, s: Settings, head: list[int]) -> PromptIds:
         """The prompt of a text that arrives over time, from the first tokens of `assistant\\n{text}`: the role's
         two and the text's first. The rest is fed one token per frame (`Seq.feed`)."""
-        return PromptIds((self.tokenizer.ids[IM_START], *head[:3], *self.tokenizer.assistant_tail()), s.instruct,
-                         s.prefix, streaming_text=True)
+        return s.prompt((self.tokenizer.ids[IM_START], *head[:3], *self.tokenizer.assistant_tail()), True)
 
-    def split(self, text: str, prefix: tuple[int, ...], instruct: tuple[int, ...] | None) -> list[str]:
+    def split(self, text: str, s: Settings) -> list[str]:
         """The text's segments: each one's speech fits one generation."""
-        return split_text(text, self._budget(prefix, instruct), self._count, self.tokenizer.cut)
+        return split_text(text, self._budget(s), self._count, self.tokenizer.cut)
 
     def _count(self, text: str) -> int:
         return len(self.tokenizer.plain(text))
 
-    def _budget(self, prefix: tuple[int, ...], instruct: tuple[int, ...] | None) -> int:
+    def _budget(self, s: Settings) -> int:
         """Text tokens per segment: its speech fits max_frames, and its prompt fits the slot beside the rest."""
-        overhead = len(self.tokenizer.assistant("")) + len(prefix) + len(instruct or ()) + 2
+        instruct, ref = s.instruct, s.reference
+        overhead = len(self.tokenizer.assistant("")) + len(s.prefix) + len(instruct or ()) + 2
+        if ref is not None:  # each segment repeats the reference, and a trailing row holds its transcript too
+            overhead += len(ref.text_ids) + len(ref.codes) + 2
         room = self.max_prompt - overhead
         if room < MIN_SEGMENT_TOKENS:
             raise RequestError(
                 f"instructions are too long for this model: they take {len(instruct or ())} of the "
                 f"{self.max_prompt} prompt tokens a request has, and at least {MIN_SEGMENT_TOKENS} must be left "
                 "for the input; shorten them", param="instructions")
-        return max(1, min(self.max_frames // FRAMES_PER_TOKEN, self.text_width - 1, room))
+        width = self.text_width - 1 - (len(ref.text_ids) if ref else 0)
+        return max(1, min(self.max_frames // FRAMES_PER_TOKEN, width, room))
 
     def speaker_for(self, voice: str | None) -> str | None:
+        found = self._voice(voice)
+        return found.speaker if found else None
+
+    def _voice(self, voice: str | None) -> Voice | None:
         if voice is not None and not voice.strip():
             raise RequestError("voice must not be empty; leave it out for the default voice", param="voice")
+        if self.kind is VoiceKind.BASE:
+            raise RequestError(
+                f"this model clones voices and has none built in{f' (no voice {voice!r})' if voice else ''}: create "
+                "one from a recording with POST /v1/audio/voices and use its id, or send ref_audio", param="voice")
         name = (voice or self.default_voice or "").lower()
-        if not name and not self.voices:
-            return None
+        if not name and (not self.voices or self.kind is VoiceKind.VOICE_DESIGN):
+            return None  # VoiceDesign without a voice: the instructions alone describe it
         found = self.voices.get(name)
         if found is None:
             names = ", ".join(sorted(self.voices))
             raise RequestError(f"unknown voice '{voice}'; available voices: {names}", param="voice")
-        return found.speaker
+        return found
+
+    def _clone(self, clone: ClonePrompt | None) -> tuple[tuple[float, ...] | None, Reference | None]:
+        """A cloned voice's x-vector, and its reference (in-context cloning)."""
+        if clone is None:
+            return None, None
+        if self.kind is not VoiceKind.BASE:
+            raise RequestError(f"a cloned voice needs a Base (voice cloning) checkpoint; this one is {self.kind.value}",
+                               param="voice")
+        if len(clone.x_vector) != self.cfg.talker.hidden_size:
+            raise RequestError(f"the cloned voice's x-vector has {len(clone.x_vector)} values; this model takes "
+                               f"{self.cfg.talker.hidden_size} (was the voice made for another model?)", param="voice")
+        if clone.ref_codes is None:
+            return clone.x_vector, None
+        groups = self.cfg.num_code_groups
+        if not clone.ref_text or not clone.ref_codes or any(len(f) != groups for f in clone.ref_codes):
+            raise RequestError(f"an in-context cloned voice needs its transcript and {groups} codes per frame",
+                               param="voice")
+        return clone.x_vector, Reference(self.tokenizer.reference(clone.ref_text), clone.ref_codes)
 
     def _instruct_ids(self, instructions: str | None) -> tuple[int, ...] | None:
         if not instructions:
             return None
-        if self.cfg.model_size.lower() in ("0b6", "0.6b"):
-            return None  # the 0.6B CustomVoice model takes no instruction, as in the official package
+        if self.kind is VoiceKind.BASE or self.cfg.model_size.lower() in ("0b6", "0.6b"):
+            return None  # Base and the 0.6B CustomVoice model take no instruction, as in the official package
         return self.tokenizer.instruct(instructions)
 
     def sampling(self, req: SpeechRequest) -> SamplingParams:
@@ -180,13 +222,3 @@ class Frontend:
         params.validate()
         return params
 
-
-def build_voices(cfg: Qwen3TTSConfig) -> dict[str, Voice]:
-    """The checkpoint's speakers, plus OpenAI's voice names mapped onto them in turn."""
-    speakers = sorted(cfg.speakers)
-    voices = {s: Voice(s, s) for s in speakers}
-    for i, name in enumerate(OPENAI_VOICES):
-        if name not in voices:
-            target = speakers[i % len(speakers)] if speakers else None
-            voices[name] = Voice(name, target, alias_of=target)
-    return voices

@@ -48,6 +48,12 @@ class TextTokenizer:
         start, end = self.ids[IM_START], self.ids[IM_END]
         return (end, *self.plain("\n"), start, *self.plain("assistant\n"))
 
+    def reference(self, text: str) -> tuple[int, ...]:
+        """A cloned voice's transcript, as the official package cuts it from `<|im_start|>assistant\n{text}<|im_end|>\n`
+        (without the role and the end)."""
+        ids = (self.ids[IM_START], *self.plain(f"assistant\n{text}"), self.ids[IM_END], *self.plain("\n"))
+        return ids[3:-2]
+
     def stream(self) -> TextStream:
         """`plain(f"assistant\\n{text}")` of a text that arrives in pieces, released as its tokens settle."""
         return TextStream(self._plain, "assistant\n")

@@ -154,7 +154,7 @@ class GenerationDefaults:
     subtalker_top_k: int = 50
     subtalker_top_p: float = 1.0
     max_new_tokens: int = 8192
-    non_streaming_mode: bool = True  # Talkstream reads this optional key; the official default is True
+    non_streaming_mode: bool | None = None  # an optional key; unset: the official default of the task
 
     @classmethod
     def load(cls, directory: Path) -> GenerationDefaults:
@@ -163,5 +163,6 @@ class GenerationDefaults:
             return cls()
         d = read_json(path)
         base = cls()
-        kwargs = {name: type(getattr(base, name))(d[name]) for name in cls.__slots__ if name in d}
+        kwargs = {name: type(getattr(base, name) if name != "non_streaming_mode" else True)(d[name])
+                  for name in cls.__slots__ if name in d}
         return cls(**kwargs)

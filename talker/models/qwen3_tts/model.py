@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -68,6 +69,11 @@ class Talker(nn.Module):
 
     def embed_codec(self, ids: Tensor) -> Tensor:
         return self.model.codec_embedding(ids)
+
+    def embed_frames(self, codes: Tensor) -> Tensor:
+        """codes: [F, G] -> [F, H], each frame's codebook embeddings summed (what a generated frame feeds back)."""
+        tables = [self.model.codec_embedding, *self.code_predictor.model.codec_embedding]
+        return torch.stack([table(codes[:, g]) for g, table in enumerate(tables)], dim=1).sum(dim=1)
 
     def backbone(self, x: Tensor, positions: Tensor, kv: KVStore, max_position: int) -> Tensor:
         # x: [B, T, H], positions: [B, T] -> hidden [B, T, H]

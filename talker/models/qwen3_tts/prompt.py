@@ -5,6 +5,12 @@ Both of the official text modes are supported:
   text, each token summed with codec pad; every frame is then fed `tts_pad`.
 - streaming text: the prompt holds only the first text token; the rest is fed one token per frame ("trailing
   text"), then `tts_eos`, then `tts_pad` forever.
+
+A cloned voice (Base checkpoints) puts the reference's x-vector where a speaker's codec id would go. In-context
+cloning then replaces the first text token with the reference: its transcript followed by the text, against
+`codec_bos` and the reference's frames (the sum of each frame's codebook embeddings). Full text: all words over
+`codec_pad`, then the frames over `tts_pad`. Streaming text: words and frames side by side, as many as there are
+frames; the words left over are fed one per frame.
 """
 
 from __future__ import annotations
@@ -30,6 +36,19 @@ def instruct_text(instruct: str) -> str:
     return f"<|im_start|>user\n{instruct}<|im_end|>\n"
 
 
+NO_CODEC = -1  # a prompt position with a text embedding only
+SPEAKER_VECTOR = -2  # a codec position that takes the clone's x-vector
+REF_FRAME = -3  # a codec position that takes the reference's next frame
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """In-context cloning: the reference recording's transcript tokens and codec codes."""
+
+    text_ids: tuple[int, ...]
+    codes: tuple[tuple[int, ...], ...]  # [frames][G]
+
+
 @dataclass(frozen=True, slots=True)
 class PromptIds:
     """Host-side token ids of one request, made on the event loop; the worker turns them into embeds."""
@@ -38,11 +57,15 @@ class PromptIds:
     instruct_ids: tuple[int, ...] | None
     codec_prefix: tuple[int, ...]
     streaming_text: bool = False
+    speaker_vector: tuple[float, ...] | None = None  # a cloned voice: at the prefix's SPEAKER_VECTOR
+    reference: Reference | None = None  # in-context cloning
 
     @property
     def token_bound(self) -> int:
         """At most this many prompt positions (the prefill); streaming text feeds part of the text later."""
-        return len(self.text_ids) + len(self.instruct_ids or ()) + len(self.codec_prefix)
+        ref = self.reference
+        extra = len(ref.text_ids) + len(ref.codes) + 2 if ref is not None else 0
+        return len(self.text_ids) + len(self.instruct_ids or ()) + len(self.codec_prefix) + extra
 
     @property
     def text(self) -> tuple[int, ...]:
@@ -65,24 +88,34 @@ def resolve_language(cfg: Qwen3TTSConfig, language: str | None, speaker: str | N
     return lang_id
 
 
-def codec_prefix(cfg: Qwen3TTSConfig, language: str | None, speaker: str | None) -> tuple[int, ...]:
+def codec_prefix(
+    cfg: Qwen3TTSConfig, language: str | None, speaker: str | None, vector: bool = False
+) -> tuple[int, ...]:
+    """language, then the speaker (a checkpoint speaker's id, or SPEAKER_VECTOR for a cloned voice), pad, bos."""
     c = cfg.codec
     lang_id = resolve_language(cfg, language, speaker)
     think = (c.nothink, c.think_bos, c.think_eos) if lang_id is None else (c.think, c.think_bos, lang_id, c.think_eos)
-    spk = (cfg.speakers[speaker],) if speaker else ()
+    spk = (SPEAKER_VECTOR,) if vector else (cfg.speakers[speaker],) if speaker else ()
     return (*think, *spk, c.pad, c.bos)
 
 
-NO_CODEC = -1  # a prompt position with a text embedding only
-
-
 def prompt_layout(cfg: Qwen3TTSConfig, ids: PromptIds) -> tuple[list[int], list[int]]:
-    """Per prompt position: the text id, and the codec id added to it (NO_CODEC for none)."""
+    """Per prompt position: the text id, and what is added to it: a codec id, NO_CODEC, SPEAKER_VECTOR or
+    REF_FRAME."""
     prefix, c, x = ids.codec_prefix, cfg.codec, cfg.text
     instruct = list(ids.instruct_ids or ())
     text = [*instruct, *ids.text_ids[:ROLE_TOKENS], *[x.tts_pad] * (len(prefix) - 2), x.tts_bos]
     codec = [NO_CODEC] * (len(instruct) + ROLE_TOKENS) + list(prefix[:-1])
-    if ids.streaming_text:
+    if ids.reference is not None:
+        words, frames = _in_context(cfg, ids, ids.reference)
+        if ids.streaming_text:
+            n = len(frames)
+            text += words[:n] + [x.tts_pad] * (n - len(words))
+            codec += frames
+        else:
+            text += words + [x.tts_pad] * len(frames)
+            codec += [c.pad] * len(words) + frames
+    elif ids.streaming_text:
         text += ids.text[:1]
         codec += prefix[-1:]
     else:
@@ -90,6 +123,11 @@ def prompt_layout(cfg: Qwen3TTSConfig, ids: PromptIds) -> tuple[list[int], list[
         text += [*body, x.tts_pad]
         codec += [c.pad] * len(body) + [c.bos]
     return text, codec
+
+
+def _in_context(cfg: Qwen3TTSConfig, ids: PromptIds, ref: Reference) -> tuple[list[int], list[int]]:
+    """The words (the reference's transcript, the text, tts_eos) and the frames (codec_bos, the reference's)."""
+    return [*ref.text_ids, *ids.text, cfg.text.tts_eos], [cfg.codec.bos, *[REF_FRAME] * len(ref.codes)]
 
 
 @torch.inference_mode()
@@ -101,12 +139,21 @@ def prompt_embeds(
     lengths = [len(text) for text, _ in layouts]
     text = torch.tensor([i for t, _ in layouts for i in t], dtype=torch.long, device=device)  # [sum T_i]
     codec = torch.tensor([i for _, c in layouts for i in c], dtype=torch.long, device=device)
-    has_codec = (codec != NO_CODEC)[:, None]
+    has_codec = (codec >= 0)[:, None]
     emb = talker.embed_text(text)  # [sum T_i, H]
     emb = torch.where(has_codec, emb + talker.embed_codec(codec.clamp(min=0)), emb)
+    if vectors := [p.speaker_vector for p in prompts if p.speaker_vector is not None]:
+        emb[codec == SPEAKER_VECTOR] += torch.tensor(vectors, dtype=emb.dtype, device=device)  # [n_clones, H]
+    if frames := [f for p in prompts if p.reference is not None for f in p.reference.codes]:
+        emb[codec == REF_FRAME] += talker.embed_frames(torch.tensor(frames, dtype=torch.long, device=device))
     return torch.nn.utils.rnn.pad_sequence(list(emb.split(lengths)), batch_first=True), lengths
 
 
 def trailing_text(cfg: Qwen3TTSConfig, ids: PromptIds) -> list[int]:
     """Text tokens fed at frames 0, 1, ...: the rest of the text and tts_eos (streaming text only); tts_pad after."""
-    return [*ids.trailing, cfg.text.tts_eos] if ids.streaming_text else []
+    if not ids.streaming_text:
+        return []
+    if ids.reference is not None:
+        words, frames = _in_context(cfg, ids, ids.reference)
+        return words[len(frames):]
+    return [*ids.trailing, cfg.text.tts_eos]
