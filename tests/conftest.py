@@ -26,6 +26,10 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "official"  # written by the official package
 OFFICIAL_TINY = FIXTURES / "qwen3-tts-tiny-official-cv"
+OFFICIAL_BASE = FIXTURES / "qwen3-tts-tiny-official-base"  # voice cloning (issue 21)
+OFFICIAL_VD = FIXTURES / "qwen3-tts-tiny-official-vd"  # VoiceDesign
+VOICE_REF = FIXTURES / "voice-ref-a.wav"
+VOICE_REF_TEXT = "Okay. Yeah. I resent you. I love you. I respect you."
 
 
 @pytest.fixture(scope="session")
