@@ -7,7 +7,6 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import overload
 
@@ -16,18 +15,13 @@ import torch
 
 from output_builder.assembler import RequestOutput
 from output_builder.bridge import AsyncBridge, ChunkDecoder, InProcessCodec, OutputPipeline, SyncBridge
-from output_builder.codec_process import CodecProcess
-from output_builder.codecs.native import load_native
-from output_builder.codecs.qwen12hz import Qwen12HzCodec
+from output_builder.loaded import Loaded, load
 from output_builder.streams import AudioStream
 from output_builder.text_input import HEAD, SpeechInput
 from talker.config import EngineConfig, OutputMode
-from talker.device import DeviceLayer, Threads, resolve_device, thread_plan, usable_cores
-from talker.models.frontend import Frontend, Prepared, Voice, load_tokenizer
-from talker.models.hub import is_directory, resolve
-from talker.models.loader import LoadedTalker, load_talker, resolve_dtype
-from talker.models.qwen3_tts.config import read_json
-from talker.models.tiny import ensure_tiny
+from talker.device import DeviceLayer
+from talker.models.frontend import Prepared, Voice
+from talker.models.hub import is_directory
 from talker.request import (
     ClonePrompt,
     EngineBusyError,
@@ -41,29 +35,12 @@ from talker.request import (
     VoiceKind,
 )
 from talker.runner import Runner
-from talker.sampler_native import SamplingKernel, load_sampling_kernel
 from talker.scheduler import Seq, TextFeed
-from talker.voices.clone import VoiceEncoder
 from talker.worker import Abort, Pause, Stop, Submit, TalkerWorker
 
 log = logging.getLogger("talkstream.engine")
 WATCHDOG_PERIOD_S = 0.5
 NO_LIMIT = 1 << 62  # frames: a response the client set no limit for
-
-
-@dataclass(slots=True)
-class Loaded:
-    path: Path
-    talker: LoadedTalker
-    codec: Qwen12HzCodec | None  # in this process (sync mode); async mode decodes in the codec process
-    codec_process: CodecProcess | None
-    frontend: Frontend
-    device: torch.device
-    sample_rate: int
-    sampler: SamplingKernel | None  # the CPU sampling kernel, when native kernels are on and build here
-    threads: Threads
-    voice_encoder: VoiceEncoder | None  # Base checkpoints: reference recordings → clone prompts
-
 
 
 class Engine:
@@ -88,7 +65,7 @@ class Engine:
         self.state = EngineState.STARTING
         self._loop = asyncio.get_running_loop()
         cfg = self.config
-        self._loaded = loaded = await asyncio.to_thread(self._load)
+        self._loaded = loaded = await asyncio.to_thread(load, self.config)
         # a thread per codec lane (AsyncBridge)
         self._codec_pool = ThreadPoolExecutor(2, "codec-worker", initializer=torch.set_num_threads,
                                               initargs=(loaded.threads.codec,))
@@ -117,31 +94,6 @@ class Engine:
         self.state = EngineState.READY
         if cfg.warmup:
             await self._warmup()
-
-    def _load(self) -> Loaded:
-        cfg = self.config
-        device = resolve_device(cfg.device)
-        path = ensure_tiny(cfg.cache_dir) if cfg.model == "tiny" else resolve(cfg.model, cfg.revision)
-        talker = load_talker(path, device, resolve_dtype(cfg.dtype, device), cfg.quantize)
-        arch = talker.cfg
-        step_params = arch.talker.linear_params + (arch.num_code_groups - 1) * arch.predictor.linear_params
-        threads = thread_plan(cfg.torch_threads, step_params, usable_cores())
-        log.info("torch threads: Talker %d, codec %d (%d cores)", threads.talker, threads.codec, usable_cores())
-        codec_dir = path / "speech_tokenizer"
-        sample_rate = int(read_json(codec_dir / "config.json").get("output_sample_rate", 24000))
-        codec, process = None, None
-        kernels_dir = cfg.cache_dir if cfg.native_kernels and device.type == "cpu" else None
-        if cfg.output_mode is OutputMode.ASYNC:
-            process = CodecProcess(codec_dir, str(device), threads.codec, kernels_dir, cfg.worker_nice)
-        else:
-            codec = Qwen12HzCodec.from_pretrained(codec_dir, device=device)
-            codec.use_native(load_native(kernels_dir) if kernels_dir else None)
-        max_frames = min(cfg.max_frames, cfg.max_len // 2)
-        frontend = Frontend(talker.cfg, talker.generation, load_tokenizer(path), max_frames, cfg.text_width,
-                            cfg.max_len - max_frames)
-        sampler = load_sampling_kernel(kernels_dir) if kernels_dir else None
-        voices = VoiceEncoder(path) if frontend.kind is VoiceKind.BASE else None
-        return Loaded(path, talker, codec, process, frontend, device, sample_rate, sampler, threads, voices)
 
     async def _warmup(self) -> None:
         frames = min(12, self.config.max_frames, self.config.max_len // 2)

@@ -76,7 +76,7 @@ async def test_a_long_text_is_spoken_in_full_as_one_stream_with_no_seam(engine: 
     segments = [tap.spoken("long", i, eos) for i in range(len(prepared.segments))]
     assert stream.usage.frames == sum(len(s) for s in segments) >= sum(len(p.text) for p in prepared.segments)
     # 2. each segment is the generation of its own text, alone
-    pieces = frontend.split(SENTENCES, prepared.prompt.codec_prefix, None)
+    pieces = frontend.split(SENTENCES, frontend.settings(greedy(SENTENCES, "probe")))
     for i, piece in enumerate(pieces):
         alone = engine.submit(greedy(piece, f"alone-{i}"))
         await collect(alone)

@@ -4,7 +4,8 @@ import pytest
 
 from talker.models.frontend import OPENAI_VOICES, Frontend, load_tokenizer
 from talker.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
-from talker.request import RequestError, SpeechRequest
+from talker.request import ClonePrompt, RequestError, SpeechRequest
+from tests.conftest import OFFICIAL_BASE, OFFICIAL_TINY, OFFICIAL_VD
 
 
 @pytest.fixture
@@ -64,3 +65,50 @@ def test_unset_sampling_fields_take_the_generation_config(frontend: Frontend) ->
 def test_a_text_that_fits_one_generation_is_tokenized_exactly_as_given(frontend: Frontend, text: str) -> None:
     prompt = frontend.prepare(SpeechRequest(text=text)).prompt
     assert prompt.text_ids == frontend.tokenizer.assistant(text)
+
+
+def frontend_for(directory: Path) -> Frontend:
+    return Frontend(Qwen3TTSConfig.load(directory), GenerationDefaults.load(directory), load_tokenizer(directory),
+                    max_frames=100, text_width=64, max_prompt=256)
+
+
+def test_each_kind_of_checkpoint_takes_its_official_default_layout_and_its_own_voices() -> None:
+    """CustomVoice and VoiceDesign: the whole text in the prompt; Base (cloning): the text fed along, as the
+    official package's defaults per task have it. VoiceDesign's names are descriptions; Base has none built in."""
+    cv, base, vd = (frontend_for(d) for d in (OFFICIAL_TINY, OFFICIAL_BASE, OFFICIAL_VD))
+    clone = ClonePrompt((0.5,) * 64)
+    assert not cv.prepare(SpeechRequest(text="hi", voice="ryan")).prompt.streaming_text
+    assert not vd.prepare(SpeechRequest(text="hi")).prompt.streaming_text
+    assert base.prepare(SpeechRequest(text="hi", clone=clone)).prompt.streaming_text
+    assert base.voices == {} and set(vd.voices) == set(OPENAI_VOICES)
+    described = vd.prepare(SpeechRequest(text="hi", voice="onyx", instructions="Whisper."))
+    expected = vd.tokenizer.instruct(f"{vd.voices['onyx'].description}\nWhisper.")
+    assert described.prompt.instruct_ids == expected
+    assert vd.prepare(SpeechRequest(text="hi")).prompt.instruct_ids is None  # no voice, no instruction: plain
+    cloned = base.prepare(SpeechRequest(text="hi", clone=clone, instructions="ignored, as officially"))
+    assert cloned.prompt.speaker_vector == clone.x_vector and cloned.prompt.instruct_ids is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "request_kwargs", "message"),
+    [
+        ("base", {"voice": "alloy"}, "POST /v1/audio/voices"),
+        ("base", {}, "ref_audio"),
+        ("base", {"clone": ClonePrompt((0.0,) * 3)}, "x-vector has 3 values"),
+        ("base", {"clone": ClonePrompt((0.0,) * 64, ((1,) * 5,), "hi")}, "16 codes per frame"),
+        ("base", {"clone": ClonePrompt((0.0,) * 64, ((1,) * 16,), None)}, "transcript"),
+        ("cv", {"clone": ClonePrompt((0.0,) * 64)}, "needs a Base"),
+        ("vd", {"voice": "ryan"}, "unknown voice"),
+    ],
+)
+def test_voice_mistakes_name_the_fix(kind: str, request_kwargs: dict[str, object], message: str) -> None:
+    directory = {"base": OFFICIAL_BASE, "cv": OFFICIAL_TINY, "vd": OFFICIAL_VD}[kind]
+    with pytest.raises(RequestError, match=message) as err:
+        frontend_for(directory).prepare(SpeechRequest(text="hi", **request_kwargs))  # type: ignore[arg-type]
+    assert err.value.param == "voice"
+
+
+def test_an_in_context_voice_needs_the_whole_text_up_front() -> None:
+    clone = ClonePrompt((0.0,) * 64, ((1,) * 16,), "a transcript")
+    with pytest.raises(RequestError, match="whole text up front"):
+        frontend_for(OFFICIAL_BASE).prepare_stream(SpeechRequest(text="", clone=clone))
