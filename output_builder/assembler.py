@@ -80,10 +80,11 @@ class RequestOutput:
         codes = np.stack(self._pending, axis=1) if self._pending else None  # [G, N]
         self._pending = []
         self.chunks += 1
-        context = self.context if self.chunks == 1 and codes is not None else None
-        if context is not None:  # the codec hears the reference first, as the official decode does (ICL cloning)
-            codes = np.concatenate([context.astype(codes.dtype), codes], axis=1)  # type: ignore[union-attr]
-        return ChunkJob(self, codes, final, first=self.chunks == 1, context=0 if context is None else context.shape[1])
+        context = 0
+        if self.chunks == 1 and self.context is not None and codes is not None:  # in-context cloning: the codec
+            context = self.context.shape[1]  # hears the reference first, as the official decode does
+            codes = np.concatenate([self.context.astype(codes.dtype), codes], axis=1)
+        return ChunkJob(self, codes, final, first=self.chunks == 1, context=context)
 
     def abandon(self) -> None:
         """Cancelled or failed: accept no more frames."""
@@ -111,12 +112,9 @@ class ChunkJob:
     codes: np.ndarray | None  # [G, N], None when a final chunk has no new frames
     final: FinishReason | None
     first: bool = False  # the request's first chunk: nothing of it has been decoded yet
-    context: int = 0  # leading frames of `codes` that prime the codec and whose audio is dropped
+    context: int = 0  # leading frames of `codes` that prime a new codec stream, unheard (output_builder/primed.py)
 
     @property
     def frames(self) -> int:
         return 0 if self.codes is None else int(self.codes.shape[1])
 
-    def heard(self, audio: np.ndarray) -> np.ndarray:
-        """The decoded chunk without its context's audio (every frame decodes to the same number of samples)."""
-        return audio[len(audio) * self.context // self.frames:] if self.context else audio

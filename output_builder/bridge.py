@@ -25,6 +25,7 @@ import numpy as np
 from output_builder.assembler import ChunkJob, RequestOutput
 from output_builder.codec_process import CodecProcessError, DecodeRequest, decode_batch
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
+from output_builder.primed import PrimedStates
 from talker.request import FinishReason, RequestFailedError
 from talker.snapshot import StepSnapshot
 
@@ -38,7 +39,8 @@ class CodecTimeoutError(CodecProcessError):
 
 
 class DecodeBackend(Protocol):
-    def decode(self, jobs: list[tuple[int, np.ndarray]], urgent: bool = False) -> list[np.ndarray]: ...
+    def decode(self, jobs: list[tuple[int, np.ndarray]], urgent: bool = False,
+               context: dict[int, int] | None = None) -> list[np.ndarray]: ...
 
     def close_stream(self, sid: int) -> None: ...
 
@@ -50,10 +52,12 @@ class InProcessCodec:
         self.codec = codec
         self._states: dict[int, object] = {}
         self._closed: list[int] = []
+        self._primed = PrimedStates()
 
-    def decode(self, jobs: list[tuple[int, np.ndarray]], urgent: bool = False) -> list[np.ndarray]:
+    def decode(self, jobs: list[tuple[int, np.ndarray]], urgent: bool = False,
+               context: dict[int, int] | None = None) -> list[np.ndarray]:
         closed, self._closed = self._closed, []
-        return decode_batch(self.codec, self._states, DecodeRequest(jobs, closed))
+        return decode_batch(self.codec, self._states, DecodeRequest(jobs, closed, context or {}), None, self._primed)
 
     def close_stream(self, sid: int) -> None:
         self._closed.append(sid)
@@ -76,7 +80,8 @@ class ChunkDecoder:
             if j.out.released:  # released on the loop meanwhile
                 self.open_streams.discard(j.out.stream_id)
         pairs = [(j.out.stream_id, j.codes) for j in live if j.codes is not None]
-        pcm = self.backend.decode(pairs, urgent) if pairs else []
+        context = {j.out.stream_id: j.context for j in live if j.context}
+        pcm = self.backend.decode(pairs, urgent, context) if pairs else []
         by_job = {id(j): a for j, a in zip(live, pcm, strict=True)}
         return [by_job.get(id(j)) for j in jobs]
 
@@ -137,7 +142,7 @@ class OutputPipeline:
             stream = job.out.stream
             if audio is not None:
                 stream.usage.frames += job.frames - job.context
-                stream.put(job.heard(audio))
+                stream.put(audio)
             if job.final is not None:
                 self.decoder.release(job.out)
                 stream.finish(job.final)

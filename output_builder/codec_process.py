@@ -27,8 +27,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from output_builder.primed import PrimedStates
 
 log = logging.getLogger("talkstream.codec")
 START_TIMEOUT_S = 120.0
@@ -43,6 +47,7 @@ class CodecProcessError(RuntimeError):
 class DecodeRequest:
     jobs: list[tuple[int, np.ndarray]]  # (stream id, codes [G, N] int)
     closed: list[int] = field(default_factory=list)  # stream ids whose state can be dropped
+    context: dict[int, int] = field(default_factory=dict)  # a new stream's leading frames that prime it, unheard
 
 
 def to_pcm16(wave: np.ndarray) -> np.ndarray:
@@ -52,13 +57,17 @@ def to_pcm16(wave: np.ndarray) -> np.ndarray:
 
 def decode_batch(
     codec: object, states: dict[int, object], req: DecodeRequest, gone: OrderedDict[int, None] | None = None,
+    primed: PrimedStates | None = None,
 ) -> list[np.ndarray]:
     """The one decode routine, shared by the child process and the in-process (sync mode) path.
 
     `gone` (the codec process, whose two lanes can cross): streams closed before any job of theirs came. A job
     that comes after its stream's close (its first chunk, sent on the urgent lane just as the stream was
-    cancelled) is decoded on a state that is not kept."""
+    cancelled) is decoded on a state that is not kept. A new stream with `context` frames starts from a state
+    that has decoded them (`primed` keeps those by their codes), and only the frames after them are heard."""
     import torch
+
+    from output_builder.primed import PrimedStates as Primed
 
     try:
         pairs = []
@@ -67,9 +76,11 @@ def decode_batch(
             if codes.size and (codes.min() < 0 or codes.max() >= size):
                 # on CUDA an out-of-range lookup is a device-side assert that ends the process: fail this call only
                 raise ValueError(f"codes outside the codebook [0, {size}) for stream {sid}")
-            state = states.get(sid)
+            state, n = states.get(sid), req.context.get(sid, 0)
             if state is None:
-                state = codec.open_stream()  # type: ignore[attr-defined]
+                fresh = primed or Primed(0)
+                state = fresh.open(codec, codes[:, :n]) if n else codec.open_stream()  # type: ignore
+                codes = codes[:, n:]
                 if gone is not None and sid in gone:
                     del gone[sid]  # a late job of a closed stream: decoded, not kept
                 else:
@@ -86,9 +97,9 @@ def decode_batch(
 
 
 def _answer(conn: Connection, codec: object, states: dict[int, object], req: DecodeRequest,
-            gone: OrderedDict[int, None]) -> None:
+            gone: OrderedDict[int, None], primed: PrimedStates) -> None:
     try:
-        conn.send(("ok", decode_batch(codec, states, req, gone)))
+        conn.send(("ok", decode_batch(codec, states, req, gone, primed)))
     except Exception as exc:
         for sid, _ in req.jobs:
             states.pop(sid, None)
@@ -112,14 +123,17 @@ def _serve(conn: Connection, urgent: Connection, path: str, device: str, threads
     except Exception as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
+    from output_builder.primed import PrimedStates as Primed
+
     states: dict[int, object] = {}
     gone: OrderedDict[int, None] = OrderedDict()
+    primed = Primed()
 
     def serve_urgent() -> None:  # between the stages of a backlog call (a poll when nothing waits)
         while urgent.poll():
             codec.between_stages(None)  # an urgent call itself is not cut
             try:
-                _answer(urgent, codec, states, urgent.recv(), gone)
+                _answer(urgent, codec, states, urgent.recv(), gone, primed)
             finally:
                 codec.between_stages(serve_urgent)
 
@@ -132,7 +146,7 @@ def _serve(conn: Connection, urgent: Connection, path: str, device: str, threads
             req = conn.recv()
             if req is None:
                 return
-            _answer(conn, codec, states, req, gone)
+            _answer(conn, codec, states, req, gone, primed)
         except (EOFError, OSError):  # the parent is gone
             return
 
@@ -224,7 +238,8 @@ class CodecProcess:
         """Any thread: the stream's state is dropped with the next request."""
         self._closed.append(sid)
 
-    def decode(self, jobs: list[tuple[int, np.ndarray]], urgent: bool = False) -> list[np.ndarray]:
+    def decode(self, jobs: list[tuple[int, np.ndarray]], urgent: bool = False,
+               context: dict[int, int] | None = None) -> list[np.ndarray]:
         """One call on a lane; one thread per lane at a time. Closed streams go with backlog calls, which are
         the ones that carry a stream's last chunk."""
         closed: list[int] = []
@@ -233,7 +248,7 @@ class CodecProcess:
         conn = self._urgent if urgent else self._conn
         with self._locks[urgent]:
             try:
-                conn.send(DecodeRequest(jobs, closed))
+                conn.send(DecodeRequest(jobs, closed, context or {}))
                 status, payload = conn.recv()
             except (EOFError, OSError) as exc:
                 raise CodecProcessError(f"the codec process died: {exc!r}") from exc

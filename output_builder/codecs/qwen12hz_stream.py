@@ -61,6 +61,10 @@ class DecodeStream:
         """Bytes of tensor state held; constant for the life of the stream."""
         return self.state.numel() * self.state.element_size()
 
+    def copy(self) -> DecodeStream:
+        """A stream that goes on from here on its own."""
+        return DecodeStream(self.state.clone(), self.owner, self.frames_decoded)
+
 
 def _trans_keep(layer: CausalTransConv1d) -> int:
     """Earlier input samples that still add into the outputs of the next input sample."""

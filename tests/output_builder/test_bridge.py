@@ -46,7 +46,8 @@ class Recorder:
         self.gate, self.gated = gate, gated
         self._held = False
 
-    def decode(self, jobs: list[tuple[int, np.ndarray]], urgent: bool = False) -> list[np.ndarray]:
+    def decode(self, jobs: list[tuple[int, np.ndarray]], urgent: bool = False,
+               context: dict[int, int] | None = None) -> list[np.ndarray]:
         if self.gate is not None and urgent is self.gated and not self._held:
             self._held = True
             self.gate.wait(5.0)
