@@ -4,6 +4,7 @@ reference first), and a voice described in words. Alone, and batched with each o
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
@@ -13,7 +14,7 @@ import soundfile as sf
 
 from output_builder.engine import Engine
 from talker.config import EngineConfig
-from talker.request import ClonePrompt, RequestError, SpeechRequest, VoiceKind
+from talker.request import ClonePrompt, RequestError, SpeechRequest, StreamingSpeechRequest, VoiceKind
 from tests.conftest import OFFICIAL_BASE, OFFICIAL_VD, VOICE_REF, VOICE_REF_TEXT
 
 pytestmark = pytest.mark.bitexact
@@ -80,6 +81,19 @@ async def test_a_recording_becomes_the_official_clone_prompt_and_speaks_with_it(
     assert close_to(got, ref["icl_w0"]) < 1e-4
     x_only = await base.clone_prompt(wav, None)
     assert x_only.ref_codes is None and x_only.x_vector == prompt.x_vector
+
+
+async def test_a_text_that_arrives_over_time_speaks_with_a_cloned_voice(base: Engine) -> None:
+    """x-vector voices take streamed text: the same audio as the whole text given at once (Base's own layout)."""
+    whole = greedy(TEXTS[1], clone=clone(False), request_id="whole")
+    (want,) = await audio(base, [whole])
+    fields = {f.name: getattr(whole, f.name) for f in dataclasses.fields(whole)}
+    handle = base.submit(StreamingSpeechRequest(**{**fields, "text": "", "request_id": "streamed"}))
+    for i, word in enumerate(TEXTS[1].split(" ")):
+        handle.append(word if i == 0 else " " + word)
+    handle.finish()
+    got = b"".join([bytes(c) async for c in handle.stream])
+    assert np.array_equal(np.frombuffer(got, "<i2").astype(np.float64) / 32767, want)
 
 
 async def test_a_base_model_names_what_it_needs(base: Engine) -> None:
