@@ -21,12 +21,13 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from output_builder.engine import Engine
-from server import errors, routes_realtime, routes_speech
+from server import errors, routes_realtime, routes_speech, routes_voices
 from server.drain import DrainGate
 from server.limits import BodyLimit
 from server.metrics import CONTENT_TYPE, Metrics
-from server.protocol import Health, ModelCard, ModelList, VoiceCard, VoiceList
+from server.protocol import Health, ModelCard, ModelList
 from server.state import ServerState, authorize, server_state, state_of
+from server.voice_store import VoiceStore, default_data_dir
 from talker.config import EngineConfig
 from talker.request import EngineState
 
@@ -40,13 +41,14 @@ DOCS_ASSETS = "/docs-assets"
 def create_app(
     config: EngineConfig | Sequence[EngineConfig], api_key: str | None = None, *, shutdown_timeout: float = 10.0,
     encode_threads: int = 4, exit_on_dead: bool = False, cors_origins: list[str] | None = None,
-    log_input: bool = False,
+    log_input: bool = False, data_dir: Path | None = None,
 ) -> FastAPI:
     """The Talkstream app, serving one model per config (each with an engine of its own; the first is the default).
     The engines load in the background, so `/health` answers 503 until all are ready.
 
     `exit_on_dead` (set by `talkstream serve`, never by in-process test servers): once an engine is dead the
-    process exits with status 3 after a short grace period, so a supervisor restarts it.
+    process exits with status 3 after a short grace period, so a supervisor restarts it. `data_dir`: where the voice
+    library lives (server/voice_store.py; default `default_data_dir()`).
     """
     engines: dict[str, Engine] = {}
     for c in [config] if isinstance(config, EngineConfig) else config:
@@ -55,7 +57,8 @@ def create_app(
             raise ValueError(f"model '{engine.model_id}' is given twice")
         engines[engine.model_id] = engine
     state = ServerState(engines, Metrics(), ThreadPoolExecutor(encode_threads, "encoder"),
-                        api_key or None, shutdown_timeout, log_input=log_input, exit_on_dead=exit_on_dead)
+                        api_key or None, shutdown_timeout, log_input=log_input, exit_on_dead=exit_on_dead,
+                        library=VoiceStore(data_dir or default_data_dir()))
     app = FastAPI(title="Talkstream", version="0.1.0", lifespan=_lifespan, docs_url=None, redoc_url=None,
                   description="Streaming text-to-speech, compatible with OpenAI's speech and Realtime APIs.")
     app.state.talkstream = state
@@ -70,6 +73,7 @@ def create_app(
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
     v1.include_router(_listing_router())
     v1.include_router(routes_speech.router)
+    v1.include_router(routes_voices.router)
     app.include_router(v1)
     app.include_router(routes_realtime.router, prefix="/v1")
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
@@ -127,6 +131,7 @@ async def _stop_engine(state: ServerState) -> None:
         for engine in state.engines.values():
             await engine.stop()
         await asyncio.to_thread(state.executor.shutdown, wait=True)
+        state.library.close()
 
 
 def _public_router() -> APIRouter:
@@ -183,14 +188,6 @@ def _listing_router() -> APIRouter:
     @router.get("/models", response_model=ModelList)
     async def models(request: Request) -> ModelList:
         return ModelList(data=[ModelCard(id=m) for m in server_state(request).served_models()])
-
-    @router.get("/audio/voices", response_model=VoiceList)
-    async def voices(request: Request, model: str | None = None) -> VoiceList:
-        """The voices of `model` (the default model when not given)."""
-        engine = server_state(request).engine_for(model)
-        cards = [VoiceCard(id=v.name, name=v.name, speaker=v.speaker, alias_of=v.alias_of)
-                 for v in engine.voices.values()]
-        return VoiceList(model=engine.model_id, data=cards, languages=engine.languages)
 
     return router
 

@@ -1,4 +1,4 @@
-"""`talkstream`: serve, say, export-tiny and bench."""
+"""`talkstream`: serve, say, voices (server/cli_voices.py), export-tiny and bench."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from server import cli_voices
 from talker.config import EngineConfig, api_key_from_env
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -40,12 +41,15 @@ def parser() -> argparse.ArgumentParser:
                        help="seconds a codec decode may take before the engine is marked dead (default 30)")
     serve.add_argument("--max-connections", type=int, default=None,
                        help="open connections past which requests get 503 (default: half the open-file limit)")
+    serve.add_argument("--data-dir", type=Path, default=None,
+                       help="where created voices are kept (default: TALKSTREAM_DATA_DIR, else "
+                            "$XDG_DATA_HOME/talkstream, else ~/.local/share/talkstream)")
 
     say = sub.add_parser("say", help="synthesize TEXT into a file, streaming")
     say.add_argument("text")
     say.add_argument("-o", "--output", required=True, type=Path)
     say.add_argument("--url", default="http://127.0.0.1:8000")
-    say.add_argument("--voice", default="alloy")
+    say.add_argument("--voice", default="alloy", help="a built-in voice, or a created one's name or id")
     say.add_argument("--format", choices=sorted(set(EXTENSIONS.values())), help="default: from the extension")
     say.add_argument("--speed", type=float, default=1.0)
     say.add_argument("--seed", type=int, default=None)
@@ -53,6 +57,7 @@ def parser() -> argparse.ArgumentParser:
     say.add_argument("--api-key", default=None)
     say.add_argument("--local", action="store_true", help="run an in-process engine instead of calling a server")
     _engine_flags(say)
+    cli_voices.add_parser(sub)
 
     download = sub.add_parser("download", help="fetch a Hub model into the cache ahead of time (e.g. in an image)")
     download.add_argument("model", help="a Hugging Face Hub repository id, e.g. Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice")
@@ -63,6 +68,9 @@ def parser() -> argparse.ArgumentParser:
     export.add_argument("--size", default="tiny", choices=("tiny", "0.6b", "1.7b"),
                         help="0.6b, 1.7b: random weights at Qwen3-TTS-12Hz-0.6B's or -1.7B's layer sizes "
                              "(for benchmarks at real sizes)")
+    export.add_argument("--kind", default="custom_voice", choices=("custom_voice", "base", "voice_design"),
+                        help="the checkpoint's kind: base (voice cloning: random speaker and Mimi encoders too), "
+                             "voice_design (voices described in instructions); neither has speakers")
 
     bench = sub.add_parser("bench", help="benchmarks that print JSON (serve, step-gap, text-stream)")
     bench.add_argument("name", choices=sorted(BENCHES))
@@ -107,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
                 return serve(args)
             case "say":
                 return say(args)
+            case "voices":
+                return cli_voices.main(args)
             case "download":
                 from talker.models.hub import resolve
 
@@ -115,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             case "export-tiny":
                 from talker.models.tiny import export_tiny
 
-                print(export_tiny(args.dir, args.size))
+                print(export_tiny(args.dir, args.size, args.kind))
                 return 0
             case _:
                 module = importlib.import_module(BENCHES[args.name])
@@ -148,7 +158,7 @@ def serve(args: argparse.Namespace) -> int:
     if args.codec_timeout is not None:
         configs = [replace(c, codec_timeout_s=args.codec_timeout).validate() for c in configs]
     app = create_app(configs, args.api_key or api_key_from_env(), shutdown_timeout=args.shutdown_timeout,
-                     exit_on_dead=True, cors_origins=origins, log_input=args.log_input)
+                     exit_on_dead=True, cors_origins=origins, log_input=args.log_input, data_dir=args.data_dir)
     # the drain (SIGTERM) already let streams finish within --shutdown-timeout: uvicorn's own wait is a backstop
     uv = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                         timeout_graceful_shutdown=UVICORN_SHUTDOWN_S,

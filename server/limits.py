@@ -1,7 +1,7 @@
 """Request body size limit: a body past `max_bytes` is refused with 413 in the OpenAI error envelope.
 
-Bodies of POST requests are read here (they are small JSON documents) and replayed to the app, so a chunked body
-without Content-Length is bounded too.
+Bodies of POST requests are read here (small JSON documents, or an audio upload of at most 10 MiB) and replayed to
+the app, so a chunked body without Content-Length is bounded too.
 """
 
 from __future__ import annotations
@@ -9,21 +9,30 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server import errors
+from server.audio_input import MAX_BYTES as MAX_AUDIO_BYTES
 
 MAX_BODY_BYTES = 1 << 20
+# Routes that take audio: an upload's file plus its form fields; a speech request's `ref_audio` as base64 (4/3 of
+# the file). A file a little past its limit gets the route's own 400, which names the field.
+UPLOAD_BODY_BYTES = MAX_AUDIO_BYTES + MAX_BODY_BYTES
+SPEECH_BODY_BYTES = MAX_AUDIO_BYTES * 4 // 3 + MAX_BODY_BYTES
+LARGER = {"/v1/audio/voices": UPLOAD_BODY_BYTES, "/v1/audio/voice_consents": UPLOAD_BODY_BYTES,
+          "/v1/audio/speech": SPEECH_BODY_BYTES}
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES, larger: dict[str, int] | None = None) -> None:
         self.app, self.max_bytes = app, max_bytes
+        self.larger = LARGER if larger is None else larger
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
+        limit = self.larger.get(scope["path"], self.max_bytes)
         declared = dict(scope["headers"]).get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(scope, receive, send)
+        if declared.isdigit() and int(declared) > limit:
+            await self._refuse(limit, scope, receive, send)
             return
         messages: list[Message] = []
         size, more = 0, True
@@ -33,8 +42,8 @@ class BodyLimit:
             if message["type"] != "http.request":
                 break
             size += len(message.get("body", b""))
-            if size > self.max_bytes:
-                await self._refuse(scope, receive, send)
+            if size > limit:
+                await self._refuse(limit, scope, receive, send)
                 return
             more = message.get("more_body", False)
 
@@ -43,7 +52,7 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        err = errors.ApiError(413, f"the request body is larger than {self.max_bytes} bytes",
+    async def _refuse(self, limit: int, scope: Scope, receive: Receive, send: Send) -> None:
+        err = errors.ApiError(413, f"the request body is larger than {limit} bytes",
                               errors.ErrorType.INVALID_REQUEST, code="body_too_large")
         await err.response()(scope, receive, send)

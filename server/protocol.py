@@ -66,7 +66,8 @@ class SpeechBody(SamplingFields):
     model: Name = Field(description="The served model's id, or one of tts-1, tts-1-hd, gpt-4o-mini-tts")
     input: Text = Field(min_length=1, max_length=MAX_INPUT_CHARS,
                         description=f"At most {MAX_INPUT_CHARS} characters; a long text is spoken in full")
-    voice: Name | VoiceRef
+    voice: Name | VoiceRef | None = Field(default=None, description="A built-in voice's name, or a created voice's "
+                                          "name or {\"id\": \"voice_...\"}; not needed with ref_audio")
     instructions: Text | None = Field(default=None, max_length=MAX_INPUT_CHARS)
     language: Name | None = Field(default=None, description="auto (the default) or one of the model's languages")
     response_format: ResponseFormat = "mp3"
@@ -76,10 +77,15 @@ class SpeechBody(SamplingFields):
     text_layout: Literal["full", "streaming"] | None = Field(
         default=None, description="How the model takes the text: all of it in the prompt (full), or one token per "
         "codec frame (streaming); the model's own layout when unset")
+    ref_audio: Text | None = Field(default=None, description="A recording to clone the voice from, for this request "
+                                  "only (Base checkpoints): base64, or a data:audio/...;base64, URL")
+    ref_text: Text | None = Field(default=None, min_length=1, max_length=MAX_INPUT_CHARS,
+                                  description="ref_audio's words (in-context cloning; without them the voice is cloned "
+                                  "from its x-vector alone)")
 
     @property
-    def voice_name(self) -> str:
-        return self.voice if isinstance(self.voice, str) else self.voice.id
+    def voice_name(self) -> str | None:
+        return self.voice if isinstance(self.voice, str) or self.voice is None else self.voice.id
 
 
 class ErrorDetail(BaseModel):
@@ -143,11 +149,71 @@ class VoiceCard(BaseModel):
     alias_of: str | None = None
 
 
+class VoiceObject(BaseModel):
+    """A created voice, as OpenAI's `Voice`; `prompt` only for designed voices. `model`: the model it speaks with
+    (Talkstream's)."""
+
+    id: str
+    object: Literal["audio.voice"] = "audio.voice"
+    name: str
+    type: Literal["audio_sample", "prompt"]
+    created_at: int
+    prompt: str | None = None
+    model: str
+
+
 class VoiceList(BaseModel):
+    """The model's built-in voices (`VoiceCard`), then the voices created for it (`VoiceObject`)."""
+
     object: Literal["list"] = "list"
     model: str
-    data: list[VoiceCard]
+    data: list[VoiceCard | VoiceObject]
     languages: list[str]
+
+
+class VoiceDeleted(BaseModel):
+    id: str
+    object: Literal["audio.voice.deleted"] = "audio.voice.deleted"
+    deleted: bool = True
+
+
+class VoiceCreate(_Strict):
+    """`POST /v1/audio/voices`, as OpenAI's, plus `transcript` (in-context cloning) and `model`. Its `audio_sample`
+    file comes beside it in the multipart form."""
+
+    name: Name
+    type: Literal["audio_sample", "prompt"] = "audio_sample"
+    consent: Name | None = None
+    transcript: Text | None = Field(default=None, min_length=1, max_length=MAX_INPUT_CHARS)
+    prompt: Text | None = Field(default=None, min_length=1, max_length=MAX_INPUT_CHARS)
+    model: Name | None = None
+    script_hint: Text | None = None  # OpenAI's preview script: no preview is made here
+
+
+class VoiceConsentObject(BaseModel):
+    id: str
+    object: Literal["audio.voice_consent"] = "audio.voice_consent"
+    name: str
+    language: str
+    created_at: int
+
+
+class VoiceConsentList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[VoiceConsentObject]
+    has_more: bool
+    first_id: str | None
+    last_id: str | None
+
+
+class VoiceConsentUpdate(_Strict):
+    name: Name
+
+
+class VoiceConsentDeleted(BaseModel):
+    id: str
+    object: Literal["audio.voice_consent"] = "audio.voice_consent"  # as the SDK's type has it
+    deleted: bool = True
 
 
 class Health(BaseModel):

@@ -13,7 +13,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from server.protocol import MAX_INPUT_CHARS, ErrorDetail, Name, ResponseStatus, SamplingFields, SpeechUsage, Text
+from server.protocol import (
+    MAX_INPUT_CHARS,
+    ErrorDetail,
+    Name,
+    ResponseStatus,
+    SamplingFields,
+    SpeechUsage,
+    Text,
+    VoiceRef,
+)
 
 PCM_RATE = 24000
 TextLayoutName = Literal["full", "streaming"]
@@ -36,7 +45,7 @@ class PcmFormat(_Open):
 
 
 class AudioOutput(_Open):
-    voice: Name | None = None
+    voice: Name | VoiceRef | None = None  # a created voice as {"id": "voice_..."} too
     format: PcmFormat | None = None
     speed: float | None = Field(default=None, ge=0.25, le=4.0)
 
@@ -51,7 +60,7 @@ class OutputOptions(SamplingFields, _Open):
 
     model_config = ConfigDict(strict=True, extra="allow")
     audio: AudioConfig | None = None
-    voice: Name | None = None
+    voice: Name | VoiceRef | None = None
     instructions: Text | None = Field(default=None, max_length=MAX_INPUT_CHARS)
     language: Name | None = None
     speed: float | None = Field(default=None, ge=0.25, le=4.0)
@@ -66,8 +75,8 @@ class OutputOptions(SamplingFields, _Open):
         """The fields set, in one spelling (the GA one wins where both are given)."""
         out = self.audio.output if self.audio is not None and self.audio.output is not None else AudioOutput()
         values = {
-            "voice": out.voice or self.voice, "speed": out.speed or self.speed, "instructions": self.instructions,
-            "language": self.language, "text_layout": self.text_layout,
+            "voice": _voice_name(out.voice or self.voice), "speed": out.speed or self.speed,
+            "instructions": self.instructions, "language": self.language, "text_layout": self.text_layout,
             "max_output_tokens": self.max_output_tokens if self.max_output_tokens is not None
             else self.max_response_output_tokens,
             **{k: getattr(self, k) for k in SamplingFields.model_fields},
@@ -84,6 +93,10 @@ class OutputOptions(SamplingFields, _Open):
         if modalities is not None and "audio" not in modalities:
             found.append("output_modalities")
         return found
+
+
+def _voice_name(voice: str | VoiceRef | None) -> str | None:
+    return voice.id if isinstance(voice, VoiceRef) else voice
 
 
 def _set(value: Any) -> bool:

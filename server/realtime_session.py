@@ -16,7 +16,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 from output_builder.encoders import AudioFormat
 from output_builder.engine import Engine
 from output_builder.text_input import SpeechInput
-from server import errors
+from server import errors, voice_library
 from server.http_protocol import abort_of
 from server.protocol import ResponseStatus
 from server.realtime_events import EventError, parse_event
@@ -45,6 +45,7 @@ from server.realtime_protocol import (
 from server.realtime_response import ActiveResponse, failed, outcome
 from server.state import ServerState
 from server.transcode import AsyncTranscoder, Transcoder
+from server.voice_library import VoiceChoice
 from talker.request import FinishReason, SpeechRequest, StreamingSpeechRequest
 
 log = logging.getLogger("talkstream.realtime")
@@ -206,7 +207,7 @@ class Session:
                 settings = event.session.settings()
                 model = event.session.model  # the model this session's responses use
                 engine = self.engine if model is None else self.state.engine_for(model)
-                self._check_voice(settings.get("voice"), "session.voice", engine)
+                await self._voice(settings.get("voice"), "session.voice", engine)
                 self.engine = engine
                 self.settings.update(settings)
                 await self.send(SessionEvent(type="session.updated", event_id=self._eid(), session=self._session()))
@@ -264,11 +265,9 @@ class Session:
                                             "ignored (everything else was applied)", f"{where}.{fields[0]}",
                                             "unsupported_field"), event_id)
 
-    def _check_voice(self, voice: str | None, param: str, engine: Engine | None = None) -> None:
-        voices = (engine or self.engine).voices
-        if voice is not None and voices and voice.lower() not in voices:
-            raise errors.invalid(f"unknown voice '{voice}'; available voices: {', '.join(sorted(voices))}",
-                                 param, "invalid_value")
+    async def _voice(self, voice: str | None, param: str, engine: Engine | None = None) -> VoiceChoice:
+        """A built-in voice, or a created one (by id or name) of the session's model."""
+        return await voice_library.resolve(self.state, engine or self.engine, voice, param)
 
     def require_idle(self) -> None:
         if self.active is not None:
@@ -285,14 +284,13 @@ class Session:
     async def respond(self, text: str, options: OutputOptions, streaming: bool = False) -> None:
         """A response to `text`; `streaming`: text that is only its beginning (the rest is appended)."""
         s = {**self.settings, **options.settings()}
-        self._check_voice(s.get("voice"), "response.voice")
+        voice = await self._voice(s.get("voice"), "response.voice")  # again: it may have been deleted since
         if self.responses >= MAX_RESPONSES_PER_SESSION:
             raise errors.invalid(f"a session may create at most {MAX_RESPONSES_PER_SESSION} responses; open a new one",
                                  code="session_response_limit")
         limit = s.get("max_output_tokens", "inf")
-        names = ("voice", "language", "instructions", "seed", "temperature", "top_k", "top_p", "repetition_penalty",
-                 "text_layout")
-        fields: dict[str, Any] = {k: s.get(k) for k in names}
+        names = ("language", "seed", "temperature", "top_k", "top_p", "repetition_penalty", "text_layout")
+        fields: dict[str, Any] = {k: s.get(k) for k in names} | voice.fields(s.get("instructions"))
         fields["max_frames"] = None if limit == "inf" else limit
         engine, speed = self.engine, s.get("speed", 1.0)
         transcoder = Transcoder(AudioFormat.PCM, engine.sample_rate, None, speed)

@@ -16,8 +16,9 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from output_builder.encoders import CONTENT_TYPES, AudioFormat, resolve_output_rate
+from output_builder.engine import Engine
 from output_builder.streams import AudioStream
-from server import errors
+from server import errors, voice_library
 from server.http_protocol import abort_of
 from server.protocol import (
     ErrorEnvelope,
@@ -30,6 +31,7 @@ from server.protocol import (
 )
 from server.state import ServerState, server_state
 from server.transcode import AsyncTranscoder, Transcoder
+from server.voice_library import VoiceChoice
 from talker.request import FinishReason, SpeechRequest, TextLayout
 
 log = logging.getLogger("talkstream.speech")
@@ -181,7 +183,7 @@ async def create_speech(body: SpeechBody, request: Request) -> Response:
     state = server_state(request)
     fmt = AudioFormat(body.response_format)
     engine = state.engine_for(body.model)
-    req, rate = speech_request(engine.sample_rate, body, fmt)
+    req, rate = speech_request(engine.sample_rate, body, fmt, await speech_voice(state, engine, body))
     transcoder = Transcoder(fmt, engine.sample_rate, body.sample_rate, body.speed)
     try:
         stream = engine.submit(req)
@@ -209,14 +211,27 @@ async def create_speech(body: SpeechBody, request: Request) -> Response:
     return AudioResponse(audio_body(speech, first), speech, media_type=CONTENT_TYPES[fmt], headers=headers)
 
 
-def speech_request(model_rate: int, body: SpeechBody, fmt: AudioFormat) -> tuple[SpeechRequest, int]:
+async def speech_voice(state: ServerState, engine: Engine, body: SpeechBody) -> VoiceChoice:
+    """The voice a request names, or the one its `ref_audio` clones for it alone."""
+    if body.ref_audio is not None:
+        return await voice_library.one_off(engine, body.ref_audio, body.ref_text)
+    if body.ref_text is not None:
+        raise errors.invalid("ref_text: the words of ref_audio; send ref_audio with it", "ref_text", "invalid_value")
+    if body.voice is None:
+        raise errors.invalid("voice: Field required (or ref_audio, to clone a voice for this request)", "voice",
+                             "missing_field")
+    return await voice_library.resolve(state, engine, body.voice_name)
+
+
+def speech_request(model_rate: int, body: SpeechBody, fmt: AudioFormat,
+                   voice: VoiceChoice) -> tuple[SpeechRequest, int]:
     """Checks what the engine does not know about (the output rate) and builds its request; and the output rate."""
     try:
         rate = resolve_output_rate(fmt, model_rate, body.sample_rate)
     except ValueError as exc:
         raise errors.invalid(str(exc), "sample_rate", "invalid_value") from None
-    return SpeechRequest(text=body.input, voice=body.voice_name, language=body.language,
-                         instructions=body.instructions, seed=body.seed, temperature=body.temperature,
+    return SpeechRequest(text=body.input, language=body.language, **voice.fields(body.instructions),
+                         seed=body.seed, temperature=body.temperature,
                          top_k=body.top_k, top_p=body.top_p, repetition_penalty=body.repetition_penalty,
                          text_layout=None if body.text_layout is None else TextLayout(body.text_layout)), rate
 

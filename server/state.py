@@ -1,4 +1,5 @@
-"""What routes share: the engine, metrics, the encoder executor and the API key. Lives on `app.state`."""
+"""What routes share: the engine, metrics, the encoder executor, the API key and the voice library. Lives on
+`app.state`."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from output_builder.engine import Engine
 from server import errors
 from server.metrics import Metrics
 from server.protocol import MODEL_ALIASES
+from server.voice_store import VoiceStore, default_data_dir
 from talker.request import EngineState
 
 
@@ -51,6 +53,7 @@ class ServerState:
     draining: bool = False  # shutting down: new requests get 503, sessions close with 1012 (server/drain.py)
     speeches: set[OpenSpeech] = field(default_factory=set, repr=False)
     sessions: set[OpenSession] = field(default_factory=set, repr=False)
+    library: VoiceStore = field(default_factory=lambda: VoiceStore(default_data_dir()), repr=False)  # created voices
 
     @property
     def engine(self) -> Engine:

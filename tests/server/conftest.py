@@ -4,7 +4,9 @@ the session's tiny checkpoint. Running in-process lets tests read the engine's s
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +27,7 @@ from talker.config import EngineConfig
 
 API_KEY = "test-key-123"
 READY_TIMEOUT_S = 60.0
+_DATA_DIR = Path(tempfile.gettempdir()) / f"talkstream-test-data-{os.getpid()}"
 
 
 @dataclass
@@ -60,13 +63,15 @@ class LiveServer:
 
 
 def start_server(config: EngineConfig, api_key: str | None = None, wait_ready: bool = True,
-                 options: dict[str, Any] | None = None) -> LiveServer:
-    """`options`: arguments of `uvicorn_options` (a shorter head timeout, a connection limit)."""
+                 options: dict[str, Any] | None = None, data_dir: Path | None = None) -> LiveServer:
+    """`options`: arguments of `uvicorn_options` (a shorter head timeout, a connection limit). `data_dir`: the voice
+    library's; by default one of the test session's own, never the user's (the library makes its file on the first
+    write, so a server that stores nothing leaves it empty)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # asyncio sets TCP_NODELAY only then
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    app = create_app(config, api_key, shutdown_timeout=2.0)
+    app = create_app(config, api_key, shutdown_timeout=2.0, data_dir=data_dir or _DATA_DIR)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2,
                                            **uvicorn_options(**(options or {}))))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True,

@@ -15,6 +15,7 @@ from websockets.sync.client import connect
 
 from server import state as server_state_module
 from server.app import create_app
+from server.limits import SPEECH_BODY_BYTES
 from server.state import state_of
 from talker.config import EngineConfig
 from tests.server.conftest import API_KEY, LiveServer
@@ -77,7 +78,7 @@ def test_input_text_is_logged_only_when_asked(live: LiveServer, caplog: pytest.L
 
 @pytest.mark.parametrize("chunked", [False, True])
 def test_body_size_limit(live: LiveServer, chunked: bool) -> None:
-    big = json.dumps(speech(input="x" * (2 << 20))).encode()
+    big = json.dumps(speech(input="x" * (SPEECH_BODY_BYTES + 1))).encode()  # room for a ref_audio, and more
     content: Any = iter([big[i:i + 65536] for i in range(0, len(big), 65536)]) if chunked else big
     resp = httpx.post(live.url + "/v1/audio/speech", content=content, headers={"content-type": "application/json"})
     assert resp.status_code == 413 and resp.json()["error"]["code"] == "body_too_large"

@@ -1,0 +1,92 @@
+"""What a request's voice names, and what the engine's request carries for it: a checkpoint's built-in voice (by
+name), a created voice from the library (server/voice_store.py; by id or name), or a voice cloned for this request
+alone (`ref_audio`). Shared by the speech route and the Realtime session."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from output_builder.engine import Engine
+from server import audio_input, errors
+from server.state import ServerState
+from server.voice_store import StoredVoice
+from talker.request import ClonePrompt, EngineState, VoiceKind
+
+ID_PREFIX = "voice_"
+_KINDS = {  # what each kind of checkpoint is called in messages, with an example of one
+    VoiceKind.BASE: "a Base checkpoint (voice cloning, such as Qwen/Qwen3-TTS-12Hz-0.6B-Base)",
+    VoiceKind.VOICE_DESIGN: "a VoiceDesign checkpoint (such as Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign)",
+    VoiceKind.CUSTOM_VOICE: "a CustomVoice checkpoint (named speakers)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceChoice:
+    builtin: str | None = None  # a checkpoint voice's name (None with the rest unset: the default voice)
+    clone: ClonePrompt | None = None  # a cloned voice: created, or one-off
+    description: str | None = None  # a designed voice's words
+
+    def fields(self, instructions: str | None) -> dict[str, Any]:
+        """The engine request's `voice`, `clone` and `instructions`. A designed voice is its description, said as
+        the instructions, ahead of the request's own."""
+        if self.description is not None:
+            instructions = self.description + ("\n" + instructions if instructions else "")
+        return {"voice": self.builtin, "clone": self.clone, "instructions": instructions}
+
+
+async def resolve(state: ServerState, engine: Engine, voice: str | None, param: str = "voice") -> VoiceChoice:
+    """A built-in name as it is (the engine checks it, as before the library); else a created voice of this model,
+    by id or name; else a 400 that names both kinds."""
+    if voice is None or (not voice.startswith(ID_PREFIX) and voice.lower() in engine.voices):
+        return VoiceChoice(builtin=voice)
+    store = state.library
+    if voice.startswith(ID_PREFIX):
+        stored = await asyncio.to_thread(store.voice, voice)
+    else:
+        stored = await asyncio.to_thread(store.voice_named, engine.model_id, voice)
+    if stored is None:
+        created = [v.name for v in await asyncio.to_thread(store.voices, engine.model_id)]
+        builtin = ", ".join(sorted(engine.voices)) or "none"
+        raise errors.invalid(f"unknown voice '{voice}'; available voices: {builtin}; created voices: "
+                             f"{', '.join(created) or 'none (POST /v1/audio/voices makes one)'}", param,
+                             "invalid_value")
+    return choice_of(stored, engine, param)
+
+
+def choice_of(stored: StoredVoice, engine: Engine, param: str) -> VoiceChoice:
+    if stored.model != engine.model_id:  # an x-vector belongs to the speaker encoder that made it
+        raise errors.invalid(f"voice '{stored.name}' ({stored.id}) was made for model '{stored.model}'; ask for that "
+                             f"model, or create the voice again for '{engine.model_id}'", param, "invalid_value")
+    if stored.clone is not None:
+        return VoiceChoice(clone=stored.clone)
+    return VoiceChoice(description=stored.prompt)
+
+
+async def one_off(engine: Engine, ref_audio: str, ref_text: str | None) -> VoiceChoice:
+    """A voice cloned from `ref_audio` for one request; nothing is stored."""
+    require_kind(engine, VoiceKind.BASE, "ref_audio")
+    wav = await audio_input.decode_async(audio_input.parse_ref_audio(ref_audio), "ref_audio")
+    return VoiceChoice(clone=await engine.clone_prompt(wav, ref_text))
+
+
+def require_kind(engine: Engine, kind: VoiceKind, param: str) -> None:
+    """A 400 unless `engine`'s checkpoint is of `kind`, saying which kind is needed (503 while it loads)."""
+    if engine.state is not EngineState.READY:
+        raise errors.unavailable(f"model '{engine.model_id}' is not ready yet; retry shortly")
+    if engine.voice_kind is not kind:
+        what = "cloning a voice" if kind is VoiceKind.BASE else "a voice made from a description"
+        raise errors.invalid(f"{what} needs {_KINDS[kind]}; model '{engine.model_id}' is "
+                             f"{_KINDS[engine.voice_kind]}", param, "unsupported_model")
+
+
+def check_name(engine: Engine, name: str) -> None:
+    """A created voice's name is not blank, not an id and not one of the model's built-in voices (those win)."""
+    if not name.strip():
+        raise errors.invalid("name must not be blank", "name", "invalid_value")
+    if name.lower().startswith(ID_PREFIX):
+        raise errors.invalid(f"name must not start with '{ID_PREFIX}' (voice ids do)", "name", "invalid_value")
+    if name.lower() in engine.voices:
+        raise errors.invalid(f"'{name}' is a built-in voice of model '{engine.model_id}'; pick another name", "name",
+                             "invalid_value")
