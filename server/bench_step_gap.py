@@ -26,6 +26,7 @@ from output_builder.engine import Engine
 from output_builder.streams import AudioStream
 from talker.config import EngineConfig, OutputMode
 from talker.models.frontend import FRAMES_PER_TOKEN
+from talker.op_count import measure
 from talker.request import SpeechRequest
 from talker.snapshot import StepTiming, gpu_gaps_us, step_gaps_us
 
@@ -204,6 +205,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     out["batch"], out["frames_per_request"] = args.batch, args.steps
     out["memory"] = results[OutputMode.SYNC].memory  # the sync engine holds the codec here, so it sizes its state
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    # torch calls and host syncs of one steady step (talker/op_count.py), counted after the timed runs
+    out |= await asyncio.to_thread(measure, EngineConfig.from_env(model=args.model, device=args.device), args.batch)
     if args.svg:
         Path(args.svg).parent.mkdir(parents=True, exist_ok=True)
         Path(args.svg).write_text(timeline_svg(results))
@@ -232,6 +235,8 @@ def report(out: dict[str, Any]) -> None:
           f"throughput async/sync: {out['throughput_ratio']}  identical audio: {out['identical']} "
           f"(max sample difference {out['max_sample_diff']}), identical codes: {out['identical_codes']}")
     print(f"cores two busy processes got (before, after): {out['cpu_parallelism']}")
+    print(f"one steady step at batch {out['batch']}: {out['ops_per_step']} torch calls, {out['host_syncs_per_step']} "
+          f"host syncs {out['host_syncs_by_op']}, {out['host_uploads_per_step']} tensors made from host data")
     mem = out["memory"]
     print(f"memory: {mem.get('bytes_per_request', 0) / 1024:.1f} KiB per active request "
           f"(Talker slot {mem.get('slot_bytes', 0) / 1024:.1f} KiB + codec state "

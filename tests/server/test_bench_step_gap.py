@@ -20,6 +20,7 @@ def test_both_modes_agree_and_the_timeline_is_written(tiny_cache: Path, tmp_path
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["identical"] and out["identical_codes"] and out["max_sample_diff"] == 0
     assert out["sync"]["steps"] > 0 and out["async"]["gap_us_p50"] > 0
+    assert out["ops_per_step"] > 100 and out["host_syncs_per_step"] == 0  # a steady CPU step reads nothing back
     assert svg.read_text().startswith("<svg")
 
 
