@@ -117,12 +117,16 @@ class VoiceStore:
         return [Consent(*row) for row in rows[:limit]], len(rows) > limit
 
     def rename_consent(self, consent_id: str, name: str) -> Consent | None:
+        if not self._exists():
+            return None
         with self._write() as db:
             db.execute("UPDATE consents SET name = ? WHERE id = ?", (name, consent_id))
         return self.consent(consent_id)
 
     def delete_consent(self, consent_id: str) -> bool:
         """Refused (ConsentInUseError) while voices made under it exist: delete those first."""
+        if not self._exists():
+            return False
         with self._write() as db:
             users = [r[0] for r in db.execute("SELECT id FROM voices WHERE consent_id = ? ORDER BY rowid",
                                               (consent_id,))]
@@ -165,6 +169,8 @@ class VoiceStore:
         return [_voice(r) for r in self._read(f"{_VOICE} WHERE model = ? ORDER BY rowid", (model,))]
 
     def delete_voice(self, voice_id: str) -> bool:
+        if not self._exists():
+            return False
         with self._write() as db:
             return db.execute("DELETE FROM voices WHERE id = ?", (voice_id,)).rowcount > 0
 
@@ -188,6 +194,10 @@ class VoiceStore:
         with self._lock:
             db = self._open(create=False)
             return [] if db is None else db.execute(sql, args).fetchall()
+
+    def _exists(self) -> bool:
+        """Whether there is a database: changing what is not there must not make one."""
+        return self._db is not None or self.path.exists()
 
     def _open(self, create: bool) -> sqlite3.Connection | None:
         if self._db is None:

@@ -31,6 +31,8 @@ def consent_id(store: VoiceStore, name: str = "me") -> str:
 
 def test_nothing_is_written_until_something_is_stored(store: VoiceStore) -> None:
     assert store.voices() == [] and store.voice("voice_x") is None and store.consents() == ([], False)
+    assert not store.delete_voice("voice_x") and not store.delete_consent("cons_x")
+    assert store.rename_consent("cons_x", "y") is None
     assert not store.path.parent.exists()
     consent_id(store)
     assert store.path.exists()
