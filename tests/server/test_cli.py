@@ -125,8 +125,8 @@ def test_serve_flags_and_the_api_key_variable_reach_the_app(monkeypatch: pytest.
     monkeypatch.setenv("TALKSTREAM_MAX_QUEUE", "7")
     assert cli.main(["serve", "--cors-origins", "https://a.example, https://b.example", "--log-input",
                      "--codec-timeout", "7.5", "--shutdown-timeout", "4", "--port", "9123", "--max-connections", "11",
-                     "--max-batch", "3"]) == 0
-    assert made["ran"] and made["api_key"] == "from-the-environment"
+                     "--max-batch", "3", "--data-dir", "/srv/voices"]) == 0
+    assert made["ran"] and made["api_key"] == "from-the-environment" and made["data_dir"] == Path("/srv/voices")
     assert made["cors_origins"] == ["https://a.example", "https://b.example"] and made["log_input"] is True
     [config] = made["configs"]
     assert config.codec_timeout_s == 7.5
@@ -136,6 +136,7 @@ def test_serve_flags_and_the_api_key_variable_reach_the_app(monkeypatch: pytest.
     made.clear()
     assert cli.main(["serve", "--api-key", "from-the-flag"]) == 0  # a flag wins over the environment
     assert made["api_key"] == "from-the-flag" and made["cors_origins"] is None and made["log_input"] is False
+    assert made["data_dir"] is None  # create_app's default: TALKSTREAM_DATA_DIR, XDG_DATA_HOME, ~/.local/share
     assert made["uvicorn"].limit_concurrency == default_max_connections()  # half the open-file limit
 
 
