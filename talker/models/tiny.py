@@ -20,6 +20,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from torch import nn
 
 from output_builder.codecs.qwen12hz import CodecConfig, Qwen12HzCodec
+from talker.models.export_voices import check_kind, kind_config, kind_weights, write_speech_tokenizer
 from talker.models.portable_random import PortableRandom
 from talker.models.qwen3_tts.config import Qwen3TTSConfig
 from talker.models.qwen3_tts.model import Qwen3TTSModel
@@ -172,21 +173,24 @@ def sized(size: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     return talker, predictor, codec
 
 
-def export_tiny(directory: Path, size: str = "tiny") -> Path:
+def export_tiny(directory: Path, size: str = "tiny", kind: str = "custom_voice") -> Path:
     """Write the tiny checkpoint to `directory` in the official layout; `size` "0.6b" or "1.7b" gives it the layer
-    sizes of Qwen3-TTS-12Hz-0.6B or -1.7B (random weights, the tiny tokenizer), for benchmarks at real sizes."""
+    sizes of Qwen3-TTS-12Hz-0.6B or -1.7B (random weights, the tiny tokenizer), for benchmarks at real sizes; `kind`
+    "base" or "voice_design" writes that kind of checkpoint (talker/models/export_voices.py) with the same Talker."""
     talker_cfg, predictor_cfg, codec_cfg = sized(size)
+    check_kind(kind)
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     tokenizer.save(str(directory / "tokenizer.json"))
     _write_tokenizer_files(directory, tokenizer)
-    config = checkpoint_config(tokenizer.get_vocab_size(), talker_cfg, predictor_cfg)
+    config = kind_config(checkpoint_config(tokenizer.get_vocab_size(), talker_cfg, predictor_cfg), kind, size)
     _dump(directory / "config.json", config)
     _dump(directory / "generation_config.json", GENERATION)
     model = init_weights(Qwen3TTSConfig.from_dict(config))
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(directory / "model.safetensors"))
+    state = {k: v.contiguous() for k, v in model.state_dict().items()} | kind_weights(config)
+    save_file(state, str(directory / "model.safetensors"))
     codec = Qwen12HzCodec.from_config(CodecConfig.from_dict(codec_cfg), seed=SEED + 1)
-    codec.save_pretrained(directory / "speech_tokenizer")
+    write_speech_tokenizer(codec, directory / "speech_tokenizer", kind, size)
     return directory
 
 
