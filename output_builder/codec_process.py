@@ -106,7 +106,7 @@ def _answer(conn: Connection, codec: object, states: dict[int, object], req: Dec
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
-def _serve(conn: Connection, urgent: Connection, path: str, device: str, threads: int, kernels_dir: str,
+def _serve(conn: Connection, urgent: Connection, path: str, device: str, threads: int, native: bool,
            nice: int) -> None:
     import torch
 
@@ -118,7 +118,7 @@ def _serve(conn: Connection, urgent: Connection, path: str, device: str, threads
     lower_priority(nice)
     try:
         codec = Qwen12HzCodec.from_pretrained(Path(path), device=torch.device(device))
-        codec.use_native(load_native(Path(kernels_dir)) if kernels_dir else None)
+        codec.use_native(load_native() if native else None)
         conn.send(("ready", {"native_kernels": codec.native_kernels}))
     except Exception as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -206,11 +206,10 @@ _spawner = _Spawner()
 class CodecProcess:
     """Parent side. `decode` is called by one thread per lane at a time (the codec worker threads)."""
 
-    def __init__(self, path: Path, device: str, threads: int, kernels_dir: Path | None = None,
-                 nice: int = 0) -> None:
+    def __init__(self, path: Path, device: str, threads: int, native: bool = False, nice: int = 0) -> None:
         (ours, theirs), (ours_u, theirs_u) = socket.socketpair(), socket.socketpair()
         cmd = [sys.executable, "-m", "output_builder.codec_process", str(theirs.fileno()), str(theirs_u.fileno()),
-               str(path), device, str(threads), str(kernels_dir or ""), str(nice), str(os.getpid())]
+               str(path), device, str(threads), "1" if native else "", str(nice), str(os.getpid())]
         self._proc = _spawner.popen(cmd, pass_fds=(theirs.fileno(), theirs_u.fileno()))
         theirs.close()
         theirs_u.close()
@@ -272,4 +271,4 @@ class CodecProcess:
 if __name__ == "__main__":
     die_with_parent(int(sys.argv[8]))
     _serve(Connection(int(sys.argv[1])), Connection(int(sys.argv[2])), sys.argv[3], sys.argv[4], int(sys.argv[5]),
-           sys.argv[6], int(sys.argv[7]))
+           bool(sys.argv[6]), int(sys.argv[7]))

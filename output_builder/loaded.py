@@ -52,15 +52,15 @@ def load(cfg: EngineConfig) -> Loaded:
     codec_dir = path / "speech_tokenizer"
     sample_rate = int(read_json(codec_dir / "config.json").get("output_sample_rate", 24000))
     codec, process = None, None
-    kernels_dir = cfg.cache_dir if cfg.native_kernels and device.type == "cpu" else None
+    native = cfg.native_kernels and device.type == "cpu"
     if cfg.output_mode is OutputMode.ASYNC:
-        process = CodecProcess(codec_dir, str(device), threads.codec, kernels_dir, cfg.worker_nice)
+        process = CodecProcess(codec_dir, str(device), threads.codec, native, cfg.worker_nice)
     else:
         codec = Qwen12HzCodec.from_pretrained(codec_dir, device=device)
-        codec.use_native(load_native(kernels_dir) if kernels_dir else None)
+        codec.use_native(load_native() if native else None)
     max_frames = min(cfg.max_frames, cfg.max_len // 2)
     frontend = Frontend(talker.cfg, talker.generation, load_tokenizer(path), max_frames, cfg.text_width,
                         cfg.max_len - max_frames)
-    sampler = load_sampling_kernel(kernels_dir) if kernels_dir else None
+    sampler = load_sampling_kernel() if native else None
     voices = VoiceEncoder(path) if frontend.kind is VoiceKind.BASE else None
     return Loaded(path, talker, codec, process, frontend, device, sample_rate, sampler, threads, voices)

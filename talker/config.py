@@ -49,7 +49,7 @@ class EngineConfig:
     text_timeout_s: float = 10.0  # a text arriving over time that is quiet this long ends as if finished
     torch_threads: int = 0  # per worker; 0: from the model's size and the cores (talker/device.py)
     worker_nice: int = 5  # the Talker thread and the codec process yield a busy core to the event loop
-    native_kernels: bool = True  # the codec's and sampler's CPU kernels, built with the system C compiler on first use
+    native_kernels: bool = True  # the codec's and sampler's CPU kernels (compiled when the package is installed)
     cache_dir: Path = field(default_factory=default_cache_dir)
     warmup: bool = True
     timing_ring: int = 4096

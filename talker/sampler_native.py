@@ -2,27 +2,24 @@
 
 On CPU a Talker step samples 16 times (codebook 0, then each residual codebook), and selecting the top 50 of
 2,048 logits per row is the largest single cost there: numpy's introselect takes ~17 µs per row, the kernel ~4.5,
-and the call releases the GIL while it runs. Optional: without a C compiler the torch and numpy paths of
-talker/sampler.py draw from the same distribution.
+and the call releases the GIL while it runs. Compiled when the package is installed (setup.py). Optional: without
+it the torch and numpy paths of talker/sampler.py draw from the same distribution.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
-import subprocess
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from talker.native import build_library, find_compiler
+from talker.native import installed_library
 from talker.sampler import RowParams
 
 log = logging.getLogger("talkstream.sampler")
-SOURCE = Path(__file__).with_name("sampler_kernel.c")
-COMPILE = ("-O3", "-fPIC", "-c")  # exact float math: no -ffast-math
-LINK = ("-shared", "-lm")
+MODULE = "talker._sampler_kernel"
 
 
 class SamplingKernel:
@@ -65,14 +62,15 @@ class SamplingKernel:
         return out
 
 
-def load_sampling_kernel(cache_dir: Path) -> SamplingKernel | None:
-    """The cached or freshly compiled kernel, or None (logged) when it cannot be built here."""
-    compiler = find_compiler()
-    if compiler is None:
-        log.info("native sampling kernel off: needs Linux and a C compiler; using the torch path")
+def load_sampling_kernel() -> SamplingKernel | None:
+    """The installed kernel, or None (logged) when this install has none."""
+    library = installed_library(MODULE)
+    if library is None:
+        log.warning("native sampling kernel off: this install has none (built by `pip install` on Linux with a C "
+                    "compiler); using the torch path")
         return None
     try:
-        return SamplingKernel(build_library(compiler, SOURCE, cache_dir / "kernels", "sampler", COMPILE, LINK))
-    except (OSError, subprocess.SubprocessError) as exc:
+        return SamplingKernel(library)
+    except (OSError, AttributeError) as exc:
         log.warning("native sampling kernel off (%s); using the torch path", exc)
         return None

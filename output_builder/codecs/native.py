@@ -1,24 +1,23 @@
-"""Native CPU kernels for the codec, compiled from C with the system compiler on first use and cached.
+"""Native CPU kernels for the codec (kernels.c), compiled when the package is installed (setup.py).
 
-Optional by design: with no C compiler, an unsupported platform or ``native_kernels=False`` the codec runs its
-torch path, which computes the same function. Building and caching: talker/native.py.
+Optional by design: without them (an install that could not build them, or ``native_kernels=False``) the codec runs
+its torch path, which computes the same function.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
-import subprocess
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from talker.native import build_library, find_compiler
+from talker.native import installed_library
 
 log = logging.getLogger("talkstream.codec")
 
-SOURCE = Path(__file__).with_name("kernels.c")
+MODULE = "output_builder.codecs._kernels"
 
 
 class NativeKernels:
@@ -70,14 +69,15 @@ class NativeKernels:
         return out
 
 
-def load_native(cache_dir: Path) -> NativeKernels | None:
-    """The cached or freshly compiled kernels, or None (logged once) when they cannot be built here."""
-    compiler = find_compiler()
-    if compiler is None:
-        log.info("native codec kernels off: needs Linux and a C compiler; using the torch path")
+def load_native() -> NativeKernels | None:
+    """The installed kernels, or None (logged) when this install has none."""
+    library = installed_library(MODULE)
+    if library is None:
+        log.warning("native codec kernels off: this install has none (built by `pip install` on Linux with a C "
+                    "compiler); using the torch path")
         return None
     try:
-        return NativeKernels(build_library(compiler, SOURCE, cache_dir / "kernels", "codec"))
-    except (OSError, subprocess.SubprocessError) as exc:
+        return NativeKernels(library)
+    except (OSError, AttributeError) as exc:
         log.warning("native codec kernels off (%s); using the torch path", exc)
         return None

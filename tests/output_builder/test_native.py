@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -76,39 +75,18 @@ def test_bad_tensors_are_refused(native_kernels: NativeKernels) -> None:
     assert not NativeKernels.accepts(x.transpose(1, 2))
 
 
-def test_loading_leaves_the_process_floating_point_alone(tmp_path: Path) -> None:
+def test_loading_leaves_the_process_floating_point_alone() -> None:
     """Linked with -ffast-math the library would switch on flush-to-zero for everyone (hypothesis notices)."""
-    assert load_native(tmp_path) is not None
+    assert load_native() is not None
     tiny = np.array([1e-45], dtype=np.float32)  # a subnormal
     assert float((tiny * np.float32(1.0))[0]) > 0.0
     assert np.nextafter(np.float32(0), np.float32(1)) * np.float32(2) > 0
 
 
-def test_the_library_is_built_once_and_reused(tmp_path: Path) -> None:
-    first = load_native(tmp_path)
-    assert first is not None
-    built = first.path.stat().st_mtime_ns
-    second = load_native(tmp_path)
-    assert second is not None and second.path == first.path and second.path.stat().st_mtime_ns == built
-    assert [p.name for p in (tmp_path / "kernels").iterdir()] == [first.path.name]  # no temporary left
-
-
-def test_no_compiler_means_the_torch_path(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+def test_an_install_without_the_library_runs_the_torch_path(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr("shutil.which", lambda name: None)
-    with caplog.at_level(logging.INFO, "talkstream.codec"):
-        assert load_native(tmp_path) is None
-    assert "torch path" in caplog.text and not (tmp_path / "kernels").exists()
-
-
-def test_a_failed_build_means_the_torch_path(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    broken = tmp_path / "broken.c"
-    broken.write_text("this is not C\n")
-    monkeypatch.setattr(native, "SOURCE", broken)
+    monkeypatch.setattr(native, "MODULE", "output_builder.codecs._no_such_kernels")
     with caplog.at_level(logging.WARNING, "talkstream.codec"):
-        assert load_native(tmp_path) is None
-    assert "failed" in caplog.text
-    assert not list((tmp_path / "kernels").iterdir())  # the temporary output is removed
+        assert load_native() is None
+    assert "torch path" in caplog.text

@@ -1,5 +1,4 @@
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,10 +16,9 @@ def seeded(seed: int) -> torch.Generator:
 
 
 @pytest.fixture(scope="module")
-def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SamplingKernel]:
-    built = load_sampling_kernel(tmp_path_factory.mktemp("cache"))
-    if built is None:
-        pytest.skip("no C compiler here")
+def kernel() -> Iterator[SamplingKernel]:
+    built = load_sampling_kernel()
+    assert built is not None, "the install has no sampling kernel (setup.py builds it; see the log)"
     yield built
 
 
@@ -104,6 +102,6 @@ def test_bad_inputs_are_refused(kernel: SamplingKernel) -> None:
         kernel.sample(logits, params, _u(2), seen=torch.zeros(2, 64, dtype=torch.bool))
 
 
-def test_without_a_compiler_there_is_no_kernel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr("shutil.which", lambda name: None)
-    assert load_sampling_kernel(tmp_path) is None
+def test_an_install_without_the_kernel_has_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("talker.sampler_native.MODULE", "talker._no_such_kernel")
+    assert load_sampling_kernel() is None

@@ -1,0 +1,47 @@
+"""The wheel carries the native kernels, compiled when it is built (setup.py), and they load from a fresh install:
+nothing is compiled at run time, so a server image needs no compiler."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECK = """
+import sys, torch
+from output_builder.codecs.native import load_native
+from talker.sampler_native import load_sampling_kernel
+codec, sampler = load_native(), load_sampling_kernel()
+assert codec is not None and sampler is not None, "a kernel did not load"
+for lib in (codec.path, sampler.path):
+    assert str(lib).startswith(sys.argv[1]), f"{lib} is not the installed one"
+x, w = torch.randn(1, 2, 40), torch.randn(3, 2, 3)
+assert torch.allclose(codec.conv(x, w, None, 1, None), torch.nn.functional.conv1d(x, w), atol=1e-5)
+print("ok", codec.path.name, sampler.path.name)
+"""
+
+
+def test_the_wheel_installs_with_every_kernel_built(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(wheels), str(ROOT)], check=True, capture_output=True, timeout=300)
+    (wheel,) = wheels.glob("talkstream-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.startswith("output_builder/codecs/_kernels") and n.endswith(".so") for n in names), names
+    assert any(n.startswith("talker/_sampler_kernel") and n.endswith(".so") for n in names), names
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
+                   capture_output=True, timeout=300)
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    # the package from the fresh install; its dependencies (torch, ...) from this environment's site-packages
+    env = {"PYTHONPATH": f"{site}:{sysconfig.get_paths()['purelib']}", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([str(python), "-c", CHECK, site], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("ok")
