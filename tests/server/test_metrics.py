@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
-from output_builder.engine import Engine
+from output_builder import engine as engine_module
 from server.app import create_app
 from server.state import state_of
 from talker.config import EngineConfig
@@ -134,14 +134,14 @@ def test_a_starting_server_answers_503_then_serves(make_server: Callable[..., Li
     """The engine's load is held until the test has seen the server answer while it starts (no race with a fast
     load): /health and requests get 503 with Retry-After, and the same server serves once it is released."""
     loading, release = threading.Event(), threading.Event()
-    load = Engine._load
+    load = engine_module.load
 
-    def held_load(engine: Engine) -> object:
+    def held_load(config: EngineConfig) -> object:
         loading.set()
         release.wait(60)
-        return load(engine)
+        return load(config)
 
-    monkeypatch.setattr(Engine, "_load", held_load)
+    monkeypatch.setattr(engine_module, "load", held_load)
     server = make_server(wait_ready=False)
     try:
         wait_for(lambda: loading.is_set() and health_of(server.url) is not None)
