@@ -156,7 +156,7 @@ class Engine:
 
     def submit_many(self, requests: list[SpeechRequest]) -> list[AudioStream]:
         """Submit requests that the worker sees together (admitted in one step when slots allow)."""
-        self._check_admission(len(requests))
+        self.check_admission(len(requests))
         assert self._loaded is not None and self.worker is not None
         if any(isinstance(r, StreamingSpeechRequest) for r in requests):
             raise RequestError("a request whose text arrives over time is submitted on its own", param="text")
@@ -171,7 +171,7 @@ class Engine:
             raise RequestError("request_id is already in use", param="request_id")
 
     def _submit_streaming(self, request: StreamingSpeechRequest) -> SpeechInput:
-        self._check_admission(1)
+        self.check_admission(1)
         assert self._loaded is not None and self.worker is not None
         frontend, worker, rid = self._loaded.frontend, self.worker, request.request_id
         s = frontend.prepare_stream(request)
@@ -238,7 +238,9 @@ class Engine:
 
         return next_segment
 
-    def _check_admission(self, n: int) -> None:
+    def check_admission(self, n: int = 1) -> None:
+        """Raises what `submit` would for `n` new requests on account of the engine: not ready (or dead), or full.
+        A route calls it before work of its own on a request (a voice to clone), so that work is not wasted."""
         if self.state is EngineState.DEAD:
             raise EngineDeadError(f"the engine is dead: {self.dead_reason}")
         if self.state is not EngineState.READY:

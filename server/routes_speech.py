@@ -183,6 +183,7 @@ async def create_speech(body: SpeechBody, request: Request) -> Response:
     state = server_state(request)
     fmt = AudioFormat(body.response_format)
     engine = state.engine_for(body.model)
+    engine.check_admission()  # a 503 or 429 first: not after decoding or cloning a voice
     req, rate = speech_request(engine.sample_rate, body, fmt, await speech_voice(state, engine, body))
     transcoder = Transcoder(fmt, engine.sample_rate, body.sample_rate, body.speed)
     try:
