@@ -6,18 +6,14 @@ with strict key matching. Every convolution is causal: an output sample never de
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Protocol, cast
+from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from talker.models.portable_random import PortableRandom, coarse
-
-if TYPE_CHECKING:
-    from output_builder.codecs.qwen12hz import CodecConfig
+from output_builder.codecs.qwen12hz_config import CodecConfig
 
 _ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "silu": nn.SiLU,
@@ -314,68 +310,3 @@ class SlidingTransformer(nn.Module):
         for layer in self.layers:
             h = layer(h, rope, mask)
         return self.output_proj(self.norm(h))
-
-
-class _Synthesizer(Protocol):
-    def modules(self) -> Iterator[nn.Module]: ...
-    def synthesize(self, codes: Tensor) -> Tensor: ...
-
-    @property
-    def cfg(self) -> CodecConfig: ...
-
-
-_TARGET_RMS = 0.15
-
-
-@torch.no_grad()
-def init_audible_(module: _Synthesizer, seed: int) -> None:
-    """Seeded random init that makes the decoder produce noise at RMS ~0.15 instead of near-silence. The same bits
-    on every CPU (the tiny checkpoint's hash is part of the oracle fixtures): CPU-independent draws, and the
-    loudness factor, measured by a forward pass, is rounded coarsely before it scales the output conv."""
-    draws = PortableRandom(seed)
-    for sub in module.modules():
-        _init_one(sub, draws)
-    for sub in module.modules():
-        if isinstance(sub, ResidualUnit):
-            sub.conv2.conv.weight.mul_(0.25)
-    cfg = module.cfg
-    codes = draws.integers(cfg.codebook_size, (2, cfg.num_quantizers, 16))
-    final = module.synthesize(codes)
-    rms = final.pow(2).mean().sqrt().item()
-    gain = coarse(_TARGET_RMS / max(rms, 1e-8))
-    out_conv = _last_conv(module)
-    out_conv.weight.mul_(gain)
-    if out_conv.bias is not None:
-        out_conv.bias.mul_(gain)
-
-
-def _normal_(param: Tensor, std: float, draws: PortableRandom) -> None:
-    param.copy_(draws.normal(param.shape, std))
-
-
-def _init_one(sub: nn.Module, draws: PortableRandom) -> None:
-    # 1 / sqrt(n), not n ** -0.5: sqrt is correctly rounded everywhere, libm's pow need not be
-    if isinstance(sub, Codebook):
-        sub.cluster_usage.fill_(1.0)
-        _normal_(sub.embedding_sum, 1.0, draws)
-    elif isinstance(sub, nn.Conv1d):
-        _normal_(sub.weight, 1 / math.sqrt(sub.weight[0].numel()), draws)
-    elif isinstance(sub, nn.ConvTranspose1d):
-        fan_in = sub.weight.shape[0] * sub.weight.shape[2] / sub.stride[0]
-        _normal_(sub.weight, 1 / math.sqrt(fan_in), draws)
-    elif isinstance(sub, nn.Linear):
-        _normal_(sub.weight, 1 / math.sqrt(sub.weight.shape[1]), draws)
-    elif isinstance(sub, SnakeBeta):
-        _normal_(sub.alpha, 0.1, draws)
-        sub.beta.zero_()
-    elif isinstance(sub, LayerScale):
-        sub.scale.fill_(0.3)
-    elif isinstance(sub, ConvNeXtBlock):
-        sub.gamma.fill_(0.3)
-    if isinstance(sub, nn.Conv1d | nn.ConvTranspose1d | nn.Linear) and sub.bias is not None:
-        sub.bias.zero_()
-
-
-def _last_conv(module: _Synthesizer) -> nn.Conv1d:
-    convs = [m for m in module.modules() if isinstance(m, nn.Conv1d)]
-    return convs[-1]

@@ -44,7 +44,7 @@ from output_builder.codecs.qwen12hz_layers import (
 from output_builder.codecs.qwen12hz_ops import CodecOps, Derived, snake_scales, trans_as_conv
 
 if TYPE_CHECKING:
-    from output_builder.codecs.qwen12hz import Qwen12HzDecoder
+    from output_builder.codecs.qwen12hz_decoder import Qwen12HzDecoder
 
 StreamJob = tuple["DecodeStream", Tensor]
 
