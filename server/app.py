@@ -20,7 +20,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from output_builder.engine import Engine
+from engine import Engine, EngineConfig, EngineState
 from server import errors, routes_realtime, routes_speech, routes_voices
 from server.drain import DrainGate
 from server.limits import BodyLimit
@@ -28,8 +28,6 @@ from server.metrics import CONTENT_TYPE, Metrics
 from server.protocol import Health, ModelCard, ModelList
 from server.state import ServerState, authorize, server_state, state_of
 from server.voice_store import VoiceStore, default_data_dir
-from talker.config import EngineConfig
-from talker.request import EngineState
 
 log = logging.getLogger("talkstream.server")
 DEAD_POLL_S = 0.5

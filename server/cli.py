@@ -8,18 +8,18 @@ import importlib
 import logging
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from engine import EngineConfig, api_key_from_env, resolve_checkpoint
 from server import cli_voices
-from talker.config import EngineConfig, api_key_from_env
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 EXTENSIONS = {".wav": "wav", ".mp3": "mp3", ".opus": "opus", ".ogg": "opus", ".aac": "aac", ".flac": "flac",
               ".pcm": "pcm", ".raw": "pcm"}
-BENCHES = {"serve": "server.bench_serve", "step-gap": "server.bench_step_gap", "step_gap": "server.bench_step_gap",
-           "text-stream": "server.bench_text_stream"}
+BENCHES = {name: "benchmarks." + name.replace("-", "_") for name in (
+    "serve", "step-gap", "text-stream", "codec", "models", "engine-ttfa", "int8-agreement", "profile-step",
+    "voice-creation")} | {"step_gap": "benchmarks.step_gap"}
 PCM_BYTES_PER_S = 24000 * 2
 UVICORN_SHUTDOWN_S = 5
 
@@ -72,7 +72,7 @@ def parser() -> argparse.ArgumentParser:
                         help="the checkpoint's kind: base (voice cloning: random speaker and Mimi encoders too), "
                              "voice_design (voices described in instructions); neither has speakers")
 
-    bench = sub.add_parser("bench", help="benchmarks that print JSON (serve, step-gap, text-stream)")
+    bench = sub.add_parser("bench", help="benchmarks that print figures (benchmarks/: serve, step-gap, ...)")
     bench.add_argument("name", choices=sorted(BENCHES))
     bench.add_argument("args", nargs=argparse.REMAINDER)
     return p
@@ -118,12 +118,10 @@ def main(argv: list[str] | None = None) -> int:
             case "voices":
                 return cli_voices.main(args)
             case "download":
-                from talker.models.hub import resolve
-
-                print(resolve(args.model, args.revision, refresh=True))
+                print(resolve_checkpoint(args.model, args.revision, refresh=True))
                 return 0
             case "export-tiny":
-                from talker.models.tiny import export_tiny
+                from engine.tiny import export_tiny
 
                 print(export_tiny(args.dir, args.size, args.kind))
                 return 0
@@ -152,11 +150,9 @@ def serve(args: argparse.Namespace) -> int:
     configs = engine_configs(args)
     for config in configs:
         if config.model != "tiny":  # fetched (with progress bars) or found in the cache now, so that a bad id or an
-            from talker.models.hub import resolve  # unreachable Hub is one line here, not an engine failing to start
-
-            resolve(config.model, config.revision)
+            resolve_checkpoint(config.model, config.revision)  # unreachable Hub is one line, not an engine failing
     if args.codec_timeout is not None:
-        configs = [replace(c, codec_timeout_s=args.codec_timeout).validate() for c in configs]
+        configs = [c.tuned(codec_timeout_s=args.codec_timeout) for c in configs]
     app = create_app(configs, args.api_key or api_key_from_env(), shutdown_timeout=args.shutdown_timeout,
                      exit_on_dead=True, cors_origins=origins, log_input=args.log_input, data_dir=args.data_dir)
     # the drain (SIGTERM) already let streams finish within --shutdown-timeout: uvicorn's own wait is a backstop
@@ -212,9 +208,8 @@ async def _remote(args: argparse.Namespace, fmt: str) -> AsyncIterator[bytes]:
 
 
 async def _local(args: argparse.Namespace, fmt: str) -> AsyncIterator[bytes]:
-    from output_builder.engine import Engine
+    from engine import Engine, SpeechRequest
     from server.transcode import AudioFormat, Transcoder
-    from talker.request import SpeechRequest
 
     engine = Engine(engine_config(args))
     await engine.start()

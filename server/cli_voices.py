@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from talker.config import api_key_from_env
+from engine import api_key_from_env
 
 TIMEOUT_S = 120.0  # cloning decodes and encodes the recording before the server answers
 

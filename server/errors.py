@@ -13,8 +13,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from engine import EngineBusyError, EngineDeadError, RequestError, RequestFailedError
 from server.protocol import ErrorDetail, ErrorEnvelope
-from talker.request import EngineBusyError, EngineDeadError, RequestError, RequestFailedError
 
 log = logging.getLogger("talkstream.server")
 

@@ -7,12 +7,11 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from output_builder.encoders import open_encoder_count
-from talker.request import EngineState
+from engine import EngineState
+from server.encoders import open_encoder_count
 
 if TYPE_CHECKING:
-    from output_builder.engine import Engine
-    from talker.snapshot import StepTiming
+    from engine import Engine, StepTiming
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)

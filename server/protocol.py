@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from talker.request import MAX_INPUT_CHARS
+from engine import MAX_INPUT_CHARS
 
 MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 

@@ -2,7 +2,7 @@
 
 Text is buffered until committed, then spoken as one response. With the session's `text_streaming`, it is spoken
 while it is still being written: the first append starts a response at once, later appends feed it, and the commit
-ends its text (output_builder/text_input.py). The text stream lives as long as its response: once the response has
+ends its text (engine/text_input.py). The text stream lives as long as its response: once the response has
 ended (its text done and spoken, cancelled, cut by a limit), the next append starts another.
 """
 
@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from output_builder.text_input import SpeechInput
+from engine import RequestError, SpeechInput
 from server import errors
 from server.realtime_protocol import OutputOptions
 from server.realtime_response import ActiveResponse
-from talker.request import RequestError
 
 MAX_BUFFER_CHARS = 4096  # the input text buffer and pending items, as for `input` over HTTP
 

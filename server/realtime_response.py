@@ -17,8 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from output_builder.streams import AudioStream
-from output_builder.text_input import SpeechInput
+from engine import AudioStream, FinishReason, SpeechInput
 from server.protocol import ResponseStatus
 from server.realtime_protocol import (
     AudioDelta,
@@ -39,7 +38,6 @@ from server.realtime_protocol import (
     TranscriptDone,
 )
 from server.transcode import AsyncTranscoder
-from talker.request import FinishReason
 
 EventId = Callable[[], str]
 

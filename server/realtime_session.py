@@ -13,10 +13,9 @@ from typing import Any
 from fastapi import WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from output_builder.encoders import AudioFormat
-from output_builder.engine import Engine
-from output_builder.text_input import SpeechInput
+from engine import Engine, FinishReason, SpeechInput, SpeechRequest, StreamingSpeechRequest
 from server import errors, voice_library
+from server.encoders import AudioFormat
 from server.http_protocol import abort_of
 from server.protocol import ResponseStatus
 from server.realtime_events import EventError, parse_event
@@ -46,7 +45,6 @@ from server.realtime_response import ActiveResponse, failed, outcome
 from server.state import ServerState
 from server.transcode import AsyncTranscoder, Transcoder
 from server.voice_library import VoiceChoice
-from talker.request import FinishReason, SpeechRequest, StreamingSpeechRequest
 
 log = logging.getLogger("talkstream.realtime")
 PROTOCOL = "ws"

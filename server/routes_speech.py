@@ -15,10 +15,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from output_builder.encoders import CONTENT_TYPES, AudioFormat, resolve_output_rate
-from output_builder.engine import Engine
-from output_builder.streams import AudioStream
+from engine import AudioStream, Engine, FinishReason, SpeechRequest, TextLayout
 from server import errors, voice_library
+from server.encoders import CONTENT_TYPES, AudioFormat, resolve_output_rate
 from server.http_protocol import abort_of
 from server.protocol import (
     ErrorEnvelope,
@@ -32,7 +31,6 @@ from server.protocol import (
 from server.state import ServerState, server_state
 from server.transcode import AsyncTranscoder, Transcoder
 from server.voice_library import VoiceChoice
-from talker.request import FinishReason, SpeechRequest, TextLayout
 
 log = logging.getLogger("talkstream.speech")
 router = APIRouter()

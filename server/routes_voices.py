@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from starlette.datastructures import FormData
 from starlette.datastructures import UploadFile as FormFile
 
-from output_builder.engine import Engine
+from engine import Engine, VoiceKind
 from server import audio_input, errors
 from server.protocol import (
     MAX_INPUT_CHARS,
@@ -34,7 +34,6 @@ from server.protocol import (
 from server.state import ServerState, server_state
 from server.voice_library import check_name, require_kind
 from server.voice_store import Consent, ConsentInUseError, NameTakenError, StoredVoice, VoiceStore
-from talker.request import VoiceKind
 
 router = APIRouter()
 T = TypeVar("T")

@@ -12,12 +12,11 @@ from typing import Protocol
 from fastapi import FastAPI
 from starlette.requests import HTTPConnection
 
-from output_builder.engine import Engine
+from engine import Engine, EngineState
 from server import errors
 from server.metrics import Metrics
 from server.protocol import MODEL_ALIASES
 from server.voice_store import VoiceStore, default_data_dir
-from talker.request import EngineState
 
 
 class OpenSpeech(Protocol):

@@ -8,11 +8,10 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from output_builder.engine import Engine
+from engine import ClonePrompt, Engine, EngineState, VoiceKind
 from server import audio_input, errors
 from server.state import ServerState
 from server.voice_store import StoredVoice
-from talker.request import ClonePrompt, EngineState, VoiceKind
 
 ID_PREFIX = "voice_"
 _KINDS = {  # what each kind of checkpoint is called in messages, with an example of one

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from talker.request import ClonePrompt
+from engine import ClonePrompt
 
 DB_NAME = "voices.sqlite3"
 VoiceType = Literal["audio_sample", "prompt"]

@@ -17,12 +17,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from talker.config import EngineConfig
-from talker.device import resolve_device
-from talker.models.frontend import Frontend, load_tokenizer
-from talker.models.hub import resolve
-from talker.models.loader import LoadedTalker, load_talker, resolve_dtype
-from talker.models.tiny import ensure_tiny
+from talker.models.frontend import Frontend
+from talker.models.loader import LoadedTalker
 from talker.request import SpeechRequest
 from talker.runner import Runner
 from talker.scheduler import Scheduler, Seq
@@ -87,12 +83,3 @@ def step_ops(loaded: LoadedTalker, frontend: Frontend, device: torch.device, bat
             "host_syncs_by_op": {k: round(v / steps, 2) for k, v in count.syncs.most_common()},
             "host_uploads_per_step": round(count.uploads / steps, 2), "batch": batch}
 
-
-def measure(config: EngineConfig, batch: int) -> dict[str, Any]:
-    """`step_ops` of the configured model and device, loaded here on its own (no engine, no codec)."""
-    device = resolve_device(config.device)
-    path = ensure_tiny(config.cache_dir) if config.model == "tiny" else resolve(config.model, config.revision)
-    loaded = load_talker(path, device, resolve_dtype(config.dtype, device), config.quantize)
-    frontend = Frontend(loaded.cfg, loaded.generation, load_tokenizer(path), 512, config.text_width, 512)
-    with torch.inference_mode():
-        return step_ops(loaded, frontend, device, batch)

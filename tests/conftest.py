@@ -13,8 +13,8 @@ import pytest
 import torch
 from hypothesis import settings
 
-from talker.config import EngineConfig
-from talker.models.tiny import ensure_tiny
+from engine.config import EngineConfig
+from engine.tiny import ensure_tiny
 
 # Hypothesis: a failure prints the `@reproduce_failure` blob that replays it (print_blob); no example database is
 # kept between runs; no per-example deadline (a speed threshold: timing belongs in benchmarks). "dev" draws new
@@ -45,7 +45,7 @@ def tiny_dir(tiny_cache: Path) -> Path:
 @pytest.fixture
 def engine_config(tiny_cache: Path, tiny_dir: Path) -> Iterator[EngineConfig]:
     device = os.environ.get("TALKSTREAM_TEST_DEVICE", "cpu")  # scripts/gpu_check runs the engine tests on cuda
-    yield EngineConfig(model="tiny", device=device, cache_dir=tiny_cache, max_batch=8, max_queue=8, warmup=False)
+    yield EngineConfig(model="tiny", device=device, cache_dir=tiny_cache, max_batch=8, max_queue=8).tuned(warmup=False)
 
 
 @pytest.fixture(autouse=True)

@@ -66,12 +66,12 @@ def run_official(ckpt: Path, threads: int, repeat: int, n: int, max_frames: int 
 
 async def _talkstream(ckpt: Path, threads: int, repeat: int, n: int, max_frames: int | None, quantize: str | None,
                       dtype: str) -> dict[str, Any]:
-    from output_builder.engine import Engine
-    from talker.config import EngineConfig
+    from engine.config import EngineConfig
+    from engine.engine import Engine
     from talker.request import SpeechRequest
 
-    engine = Engine(EngineConfig(model=str(ckpt), device="cpu", max_batch=n, max_queue=n, torch_threads=threads,
-                                 quantize=quantize, dtype=dtype))
+    engine = Engine(EngineConfig(model=str(ckpt), device="cpu", max_batch=n, max_queue=n, quantize=quantize,
+                                 dtype=dtype).tuned(torch_threads=threads))
     await engine.start()  # includes a warm-up request
     rate = engine.sample_rate
     runs = []

@@ -1,15 +1,11 @@
-"""Fixtures shared by the output-side test modules: the codecs, and a started engine on the tiny model."""
+"""Fixtures shared by the output-side test modules: the codecs and their native kernels."""
 
 from __future__ import annotations
-
-from collections.abc import AsyncIterator
 
 import pytest
 
 from output_builder.codecs import Qwen12HzCodec
 from output_builder.codecs.native import NativeKernels, load_native
-from output_builder.engine import Engine
-from talker.config import EngineConfig
 from tests.conftest import OFFICIAL_TINY
 
 
@@ -26,10 +22,3 @@ def native_kernels() -> NativeKernels:
     assert kernels is not None, "the install has no native codec kernels (setup.py builds them; see the log)"
     return kernels
 
-
-@pytest.fixture
-async def engine(engine_config: EngineConfig) -> AsyncIterator[Engine]:
-    e = Engine(engine_config)
-    await e.start()
-    yield e
-    await e.stop()

@@ -19,11 +19,11 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from output_builder.engine import Engine
+from engine.config import EngineConfig
+from engine.engine import Engine
 from server.app import create_app
 from server.http_protocol import uvicorn_options
 from server.state import state_of
-from talker.config import EngineConfig
 
 API_KEY = "test-key-123"
 READY_TIMEOUT_S = 60.0
@@ -116,8 +116,9 @@ def make_server(server_config: EngineConfig) -> Iterator[Callable[..., LiveServe
     started: list[LiveServer] = []
 
     def make(api_key: str | None = None, wait_ready: bool = True, options: dict[str, Any] | None = None,
-             **overrides: object) -> LiveServer:
-        server = start_server(replace(server_config, **overrides), api_key, wait_ready, options)  # type: ignore[arg-type]
+             tuning: dict[str, Any] | None = None, **overrides: object) -> LiveServer:
+        config = replace(server_config, **overrides).tuned(**(tuning or {}))  # type: ignore[arg-type]
+        server = start_server(config, api_key, wait_ready, options)
         started.append(server)
         return server
 

@@ -13,9 +13,9 @@ import pytest
 import soundfile as sf
 import torch
 
+from engine.config import EngineConfig
 from server import cli
 from server.http_protocol import default_max_connections
-from talker.config import EngineConfig
 from tests.server.audio import seconds
 from tests.server.conftest import LiveServer
 
@@ -51,7 +51,7 @@ def test_say_reports_server_errors(live: LiveServer, tmp_path: Path, capsys: pyt
 
 def test_say_local(tiny_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TALKSTREAM_CACHE_DIR", str(tiny_cache))
-    monkeypatch.setenv("TALKSTREAM_WARMUP", "0")
+    monkeypatch.setenv("TALKSTREAM_TUNING", "warmup=0")
     out = tmp_path / "local.flac"
     assert cli.main(["say", "Hello in process.", "-o", str(out), "--local", "--device", "cpu", "--seed", "2"]) == 0
     assert seconds(out.read_bytes(), "flac") > 0.5  # a streamed FLAC has no length in its header: decode it
@@ -168,7 +168,7 @@ def test_say_local_sends_each_of_its_options(tiny_cache: Path, tmp_path: Path, l
     """--local runs its own engine with the same options: the same audio as the server's, for a format named by
     --format (the file's extension says nothing)."""
     monkeypatch.setenv("TALKSTREAM_CACHE_DIR", str(tiny_cache))
-    monkeypatch.setenv("TALKSTREAM_WARMUP", "0")
+    monkeypatch.setenv("TALKSTREAM_TUNING", "warmup=0")
     text, out = "Options, all of them.", tmp_path / "local.audio"
     assert cli.main(["say", text, "-o", str(out), "--local", "--device", "cpu", "--format", "pcm", "--voice", "ben",
                      "--speed", "2", "--seed", "5", "--instructions", "Speak calmly."]) == 0

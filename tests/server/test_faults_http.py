@@ -95,7 +95,7 @@ def test_code_predictor_fault_over_websocket(make_server: Callable[..., LiveServ
 def test_hung_codec_marks_the_engine_dead(
     make_server: Callable[..., LiveServer], hang: threading.Event, mode: str,
 ) -> None:
-    server = make_server(codec_timeout_s=1.0, output_mode=mode)
+    server = make_server(tuning={"codec_timeout_s": 1.0}, output_mode=mode)
     assert server.engine.pipeline is not None
     server.engine.pipeline.decoder.fault_hook = lambda stage, jobs: hang.wait(30)
     with httpx.Client(base_url=server.url, timeout=30) as c:

@@ -16,10 +16,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
-from output_builder import engine as engine_module
+from engine import engine as engine_module
+from engine.config import EngineConfig
 from server.app import create_app
 from server.state import state_of
-from talker.config import EngineConfig
 from tests.server.conftest import LiveServer
 
 LONG_TEXT = "This sentence keeps going on and on so that the audio lasts for a good while. " * 12

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from websockets.sync.client import connect
 
+from engine.config import EngineConfig
 from server.state import state_of
-from talker.config import EngineConfig
 from tests.conftest import OFFICIAL_TINY
 from tests.server.conftest import LiveServer, start_server
 

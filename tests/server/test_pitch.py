@@ -8,7 +8,7 @@ import httpx
 import numpy as np
 import pytest
 
-from output_builder.encoders import AudioFormat
+from server.encoders import AudioFormat
 from server.transcode import Transcoder
 from tests.server.audio import PCM_RATE
 from tests.server.conftest import LiveServer

@@ -41,7 +41,7 @@ def reference() -> dict[str, np.ndarray]:
                 ids=["async-native", "sync-torch", "async-torch"])
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     mode, native = request.param
-    env = {"TALKSTREAM_MAX_FRAMES": str(FRAMES), "TALKSTREAM_NATIVE_KERNELS": native}
+    env = {"TALKSTREAM_MAX_FRAMES": str(FRAMES), "TALKSTREAM_TUNING": f"native_kernels={native}"}
     served = Served(tmp_path_factory.mktemp("cache"), "--model", str(OFFICIAL_TINY), "--output-mode", mode, env=env)
     yield served
     served.proc.terminate()

@@ -21,10 +21,10 @@ import soundfile as sf
 from openai import OpenAI
 from websockets.sync.client import connect
 
+from engine.config import EngineConfig
 from server import cli
 from server.audio_input import MAX_BYTES
 from server.state import state_of
-from talker.config import EngineConfig
 from tests.conftest import OFFICIAL_BASE, OFFICIAL_VD, VOICE_REF, VOICE_REF_TEXT
 from tests.server.conftest import LiveServer, start_server
 from tests.server.realtime_client import recv, send, until_done

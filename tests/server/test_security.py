@@ -13,11 +13,11 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
+from engine.config import EngineConfig
 from server import state as server_state_module
 from server.app import create_app
 from server.limits import SPEECH_BODY_BYTES
 from server.state import state_of
-from talker.config import EngineConfig
 from tests.server.conftest import API_KEY, LiveServer
 from tests.server.test_abort_paths import speech
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from output_builder.encoders import AudioFormat
+from server.encoders import AudioFormat
 from server.transcode import Tempo, Transcoder
 
 RATE = 24000

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from talker.models.tiny import fingerprint
+from engine.tiny import fingerprint
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ORACLE_NPZ = FIXTURES / "oracle_tiny.npz"

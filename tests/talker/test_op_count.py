@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from talker.config import EngineConfig
-from talker.op_count import OpCount, measure
+from benchmarks.step_gap import measure
+from engine.config import EngineConfig
+from talker.op_count import OpCount
 
 
 def test_it_counts_calls_host_syncs_and_uploads() -> None:

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 import torch
 
+from engine.config import EngineConfig
 from output_builder.assembler import chunk_target
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
-from talker.config import EngineConfig
 from talker.models.frontend import Frontend, load_tokenizer
 from talker.models.loader import LoadedTalker, load_talker
 from talker.request import SpeechRequest

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Streaming codec decode, torch ops against the native kernels, alternating in one process (one thread).
 
 For each (streams, frames per call) it times `decode_streams` on the embedded tiny codec with both paths, rounds
@@ -11,16 +10,13 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from engine.config import default_cache_dir
+from engine.tiny import ensure_tiny
 from output_builder.codecs.native import load_native
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
-from talker.config import default_cache_dir
-from talker.models.tiny import ensure_tiny
 
 SHAPES = [(16, 8), (32, 8), (32, 1), (16, 1), (1, 1), (1, 8)]
 
@@ -37,11 +33,11 @@ def timed(codec: Qwen12HzCodec, streams: int, frames: int, calls: int) -> list[f
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--json", action="store_true")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     torch.set_num_threads(1)
     codec = Qwen12HzCodec.from_pretrained(ensure_tiny(default_cache_dir()) / "speech_tokenizer")
     native = load_native()
@@ -71,7 +67,8 @@ def main() -> None:
           f"native {results['native_max_error_vs_one_shot']:.1e}")
     if args.json:
         print(json.dumps(results))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from output_builder.engine import Engine
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.text_input import SpeechInput
 from output_builder.streams import AudioStream
-from output_builder.text_input import SpeechInput
-from talker.config import EngineConfig
 from talker.request import FinishReason, RequestError, SpeechRequest, StreamingSpeechRequest, TextLayout
 
 TEXT = "Hi there, it's 42."

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from output_builder.engine import Engine
-from talker.config import EngineConfig
+from engine.config import EngineConfig
+from engine.engine import Engine
 from talker.request import ClonePrompt, RequestError, SpeechRequest, StreamingSpeechRequest, VoiceKind
 from tests.conftest import OFFICIAL_BASE, OFFICIAL_VD, VOICE_REF, VOICE_REF_TEXT
 
@@ -49,7 +49,7 @@ def close_to(got: np.ndarray, want: np.ndarray) -> float:
 
 @pytest.fixture
 async def base(engine_config: EngineConfig) -> AsyncIterator[Engine]:
-    e = Engine(replace(engine_config, model=str(OFFICIAL_BASE), warmup=True))  # a Base warm-up has no voice
+    e = Engine(replace(engine_config, model=str(OFFICIAL_BASE)).tuned(warmup=True))  # a Base warm-up has no voice
     await e.start()
     yield e
     await e.stop()

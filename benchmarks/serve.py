@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 
-from server.bench_http import Connection, HttpError, HttpStatusError
+from benchmarks.http_client import Connection, HttpError, HttpStatusError
 
 PCM_BYTES_PER_S = 24000 * 2
 MIN_REQUESTS = 32  # per level: a 1-stream p50 of two requests says little

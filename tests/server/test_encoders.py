@@ -8,7 +8,7 @@ import av
 import numpy as np
 import pytest
 
-from output_builder.encoders import (
+from server.encoders import (
     CONTENT_TYPES,
     AudioFormat,
     EncoderClosedError,

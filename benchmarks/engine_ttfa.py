@@ -1,29 +1,25 @@
-#!/usr/bin/env python3
 """Time to first audio at the engine (no HTTP): 32 requests submitted at once, for a few admission and chunking
 settings, against one request alone. Usage: .venv/bin/python scripts/bench_engine_ttfa"""
 
 import asyncio
 import statistics
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from output_builder.engine import Engine
-from talker.config import EngineConfig
+from engine.config import EngineConfig
+from engine.engine import Engine
+from output_builder.streams import AudioStream
 from talker.request import SpeechRequest
 
 TEXT = "The quick brown fox jumps over the lazy dog, then streams a little more speech."
 
 
-async def drain(stream) -> None:  # type: ignore[no-untyped-def]
+async def drain(stream: AudioStream) -> None:
     async for _ in stream:
         pass
 
 
 async def measure(first_chunk: int, max_prefills: int, streams: int = 32, rounds: int = 3) -> None:
-    engine = Engine(EngineConfig.from_env(first_chunk_frames=first_chunk, max_prefills_per_step=max_prefills,
-                                          max_batch=streams))
+    config = EngineConfig.from_env(max_batch=streams)
+    engine = Engine(config.tuned(first_chunk_frames=first_chunk, max_prefills_per_step=max_prefills))
     await engine.start()
     many: list[float] = []
     for _ in range(rounds):
@@ -41,6 +37,11 @@ async def measure(first_chunk: int, max_prefills: int, streams: int = 32, rounds
           f"{statistics.median(many):.1f} ms p99 {p99:.1f} ms; alone p50 {statistics.median(alone):.1f} ms")
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
     for fc, mp in [(2, 8), (1, 8), (1, 32)]:
         asyncio.run(measure(fc, mp))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from server.bench_http import Connection, HttpError, HttpStatusError
+from benchmarks.http_client import Connection, HttpError, HttpStatusError
 from tests.server.conftest import LiveServer
 
 

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
+from engine.tiny import checkpoint_config, ensure_tiny, export_tiny, sized
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
 from talker.models.frontend import load_tokenizer
 from talker.models.loader import load_talker
 from talker.models.qwen3_tts.config import Qwen3TTSConfig
 from talker.models.qwen3_tts.model import Qwen3TTSModel
-from talker.models.tiny import checkpoint_config, ensure_tiny, export_tiny, sized
 
 
 def test_tiny_is_generated_once_in_the_official_layout(tiny_dir: Path, tiny_cache: Path) -> None:

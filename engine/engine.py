@@ -13,12 +13,12 @@ from typing import overload
 import numpy as np
 import torch
 
+from engine.config import EngineConfig, OutputMode
+from engine.loaded import Loaded, load
+from engine.text_input import HEAD, SpeechInput
 from output_builder.assembler import RequestOutput
 from output_builder.bridge import AsyncBridge, ChunkDecoder, InProcessCodec, OutputPipeline, SyncBridge
-from output_builder.loaded import Loaded, load
 from output_builder.streams import AudioStream
-from output_builder.text_input import HEAD, SpeechInput
-from talker.config import EngineConfig, OutputMode
 from talker.device import DeviceLayer
 from talker.models.frontend import Prepared, Voice
 from talker.models.hub import is_directory
@@ -70,29 +70,30 @@ class Engine:
         self._codec_pool = ThreadPoolExecutor(2, "codec-worker", initializer=torch.set_num_threads,
                                               initargs=(loaded.threads.codec,))
         backend = loaded.codec_process or InProcessCodec(loaded.codec)  # type: ignore[arg-type]
-        self.pipeline = OutputPipeline(ChunkDecoder(backend), self._mark_dead, cfg.codec_batch_frames)
+        self.pipeline = OutputPipeline(ChunkDecoder(backend), self._mark_dead, cfg.tuning.codec_batch_frames)
         if cfg.output_mode is OutputMode.ASYNC:
             self._bridge = AsyncBridge(self._loop, self.pipeline, self._codec_pool, self._abort,
-                                       codec_timeout_s=cfg.codec_timeout_s, first_due=self._first_due,
-                                       hold_s=cfg.codec_hold_s)
+                                       codec_timeout_s=cfg.tuning.codec_timeout_s, first_due=self._first_due,
+                                       hold_s=cfg.tuning.codec_hold_s)
         else:
-            self._bridge = SyncBridge(self._loop, self.pipeline, self._abort, cfg.codec_timeout_s)
+            self._bridge = SyncBridge(self._loop, self.pipeline, self._abort, cfg.tuning.codec_timeout_s)
         t = loaded.talker.cfg.talker
         runner = Runner(loaded.talker.model.talker, loaded.talker.cfg, cfg.max_batch, cfg.max_len,
-                        cfg.text_width, loaded.device, next(loaded.talker.model.parameters()).dtype,
+                        cfg.tuning.text_width, loaded.device, next(loaded.talker.model.parameters()).dtype,
                         loaded.sampler)
         log.info("KV cache: %.1f MiB for %d slots (%d layers, hidden %d); native CPU kernels: codec %s, sampler %s",
                  runner.kv.nbytes / 2**20, cfg.max_batch, t.num_layers, t.hidden_size,
                  "on" if self.native_kernels else "off", "on" if loaded.sampler else "off")
-        device = DeviceLayer(loaded.device, loaded.threads.talker, nice=cfg.worker_nice)
+        knobs = cfg.tuning
+        device = DeviceLayer(loaded.device, loaded.threads.talker, nice=knobs.worker_nice)
         self.worker = TalkerWorker(runner, device, cfg.max_batch, self._bridge, loaded.talker.cfg.codec.eos,
-                                   cfg.max_prefills_per_step, cfg.timing_ring, cfg.max_prefill_tokens,
-                                   cfg.prefill_alone, cfg.prefill_midstep)
+                                   knobs.max_prefills_per_step, knobs.timing_ring, knobs.max_prefill_tokens,
+                                   knobs.prefill_alone, knobs.prefill_midstep)
         self._bridge.start()
         self.worker.start()
         self._watchdog = self._loop.create_task(self._watch_readers(), name="reader-watchdog")
         self.state = EngineState.READY
-        if cfg.warmup:
+        if cfg.tuning.warmup:
             await self._warmup()
 
     async def _warmup(self) -> None:
@@ -189,7 +190,7 @@ class Engine:
             worker.send(Submit((seq,)))
 
         handle = SpeechInput(rid, out.stream, frontend.tokenizer.stream(), start, worker.send,
-                             self.config.text_width - 1, len(s.instruct or ()))
+                             self.config.tuning.text_width - 1, len(s.instruct or ()))
         self._inputs[rid] = handle
         if request.text:
             try:
@@ -212,7 +213,7 @@ class Engine:
         cfg = self.config
         stream = AudioStream(rid, self.sample_rate, cfg.max_ahead_s, self._abort, self._pace)
         eos = self._loaded.talker.cfg.codec.eos
-        out = RequestOutput(rid, stream, limit or NO_LIMIT, eos, cfg.first_chunk_frames, cfg.chunk_frames,
+        out = RequestOutput(rid, stream, limit or NO_LIMIT, eos, cfg.tuning.first_chunk_frames, cfg.tuning.chunk_frames,
                             segment_frames=self._loaded.frontend.max_frames, segments_left=segments_left,
                             on_segment_end=on_segment_end)
         self._outputs[rid] = out

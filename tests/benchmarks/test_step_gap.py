@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from server import bench_step_gap, cli
+from benchmarks import step_gap as bench_step_gap
+from server import cli
 
 
 def test_both_modes_agree_and_the_timeline_is_written(tiny_cache: Path, tmp_path: Path,

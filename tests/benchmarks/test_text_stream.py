@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from server import bench_text_stream, cli
-from server.bench_text_stream import Run
+from benchmarks import text_stream as bench_text_stream
+from benchmarks.text_stream import Run
+from server import cli
 
 
 def test_it_prints_its_figures_and_they_hold(tiny_cache: Path, monkeypatch: pytest.MonkeyPatch,

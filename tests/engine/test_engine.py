@@ -11,9 +11,9 @@ import time
 import numpy as np
 import pytest
 
-from output_builder.engine import Engine
+from engine.config import EngineConfig, OutputMode
+from engine.engine import Engine
 from output_builder.streams import AudioStream
-from talker.config import EngineConfig, OutputMode
 from talker.request import EngineBusyError, EngineDeadError, EngineState, FinishReason, RequestError, SpeechRequest
 
 TEXT = "Hello world, this is a tiny test of the streaming engine."
@@ -98,7 +98,7 @@ async def test_native_codec_kernels_and_torch_give_the_same_audio(engine_config:
     requests = [SpeechRequest(text=f"{TEXT} Number {i}.", temperature=0.0) for i in range(3)]
     results = {}
     for native in (True, False):
-        e = Engine(dataclasses.replace(engine_config, native_kernels=native))
+        e = Engine(engine_config.tuned(native_kernels=native))
         await e.start()
         assert e.native_kernels is native
         fresh = [dataclasses.replace(r, request_id=f"{native}-{i}") for i, r in enumerate(requests)]
@@ -193,7 +193,7 @@ async def test_submit_before_start_and_after_stop_is_refused(engine_config: Engi
 def test_a_first_chunk_is_due_only_for_an_open_request_with_a_slot_and_no_chunk() -> None:
     from output_builder.assembler import RequestOutput
 
-    e = Engine(EngineConfig(max_batch=3, warmup=False))
+    e = Engine(EngineConfig(max_batch=3).tuned(warmup=False))
 
     def out(rid: str) -> RequestOutput:
         stream = AudioStream(rid, 24000, 8.0, lambda r: None, lambda r, p: None)
@@ -217,7 +217,7 @@ def test_a_first_chunk_is_due_only_for_an_open_request_with_a_slot_and_no_chunk(
 async def test_the_talker_thread_and_the_codec_process_run_nicer_than_the_server(
     engine_config: EngineConfig,
 ) -> None:
-    e = Engine(dataclasses.replace(engine_config, worker_nice=3))
+    e = Engine(engine_config.tuned(worker_nice=3))
     await e.start()
     try:
         await collect(e.submit(SpeechRequest(text=TEXT, seed=1, max_frames=4)))  # the worker is up and stepping

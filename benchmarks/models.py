@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Two models in one process, as `talkstream serve --model A --model B` runs them: does a busy one starve the other?
 
   .venv/bin/python scripts/bench_models [--model-a tiny] [--model-b DIR] [--streams 8] [--frames 120] [--rounds 3]
@@ -15,16 +14,11 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from output_builder.engine import Engine  # noqa: E402
-from talker.config import EngineConfig  # noqa: E402
-from talker.request import SpeechRequest  # noqa: E402
+from engine.config import EngineConfig
+from engine.engine import Engine
+from talker.request import SpeechRequest
 
 TEXT = "The quick brown fox jumps over the lazy dog, and the dog jumps back over the fox again and again."
 
@@ -41,7 +35,7 @@ async def load(engine: Engine, streams: int, frames: int, tag: str) -> float:
     return samples / engine.sample_rate / (time.perf_counter() - t0)
 
 
-async def main(args: argparse.Namespace) -> None:
+async def run(args: argparse.Namespace) -> None:
     engines = [Engine(EngineConfig.from_env(model=m, max_batch=args.streams, max_queue=args.streams))
                for m in (args.model_a, args.model_b)]
     for e in engines:
@@ -65,11 +59,16 @@ async def main(args: argparse.Namespace) -> None:
                       "rounds": rounds, "kept_median": kept}))
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-a", default="tiny")
-    p.add_argument("--model-b", default=str(ROOT / "tests/fixtures/official/qwen3-tts-tiny-official-cv"))
+    p.add_argument("--model-b", default="tests/fixtures/official/qwen3-tts-tiny-official-cv")
     p.add_argument("--streams", type=int, default=8)
     p.add_argument("--frames", type=int, default=120)
     p.add_argument("--rounds", type=int, default=3)
-    asyncio.run(main(p.parse_args()))
+    asyncio.run(run(p.parse_args(argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -34,11 +34,11 @@ import numpy as np
 import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 
-from output_builder.engine import Engine
-from output_builder.text_input import HEAD
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.text_input import HEAD
 from server.app import create_app
 from server.state import state_of
-from talker.config import EngineConfig
 from talker.request import EngineState
 from talker.snapshot import StepSnapshot
 
@@ -248,8 +248,8 @@ async def crowd(url: str, engine: Engine, args: argparse.Namespace, words: list[
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     text = TEXT.split(" ")
     words = (text * (args.words // len(text) + 1))[: args.words]
-    config = EngineConfig.from_env(model="tiny", timing_ring=1 << 17, max_batch=max(32, args.sessions), max_len=4096,
-                                   max_frames=2048)
+    config = EngineConfig.from_env(model="tiny", max_batch=max(32, args.sessions), max_len=4096,
+                                   max_frames=2048).tuned(timing_ring=1 << 17)
     url, server, thread, engine = serve(config)
     try:
         fast = await alone(url, engine, words, 4.0, args.seed)

@@ -21,12 +21,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
-from output_builder.engine import Engine
+from engine.config import EngineConfig, OutputMode
+from engine.engine import Engine
+from engine.tiny import ensure_tiny
 from output_builder.streams import AudioStream
-from talker.config import EngineConfig, OutputMode
-from talker.models.frontend import FRAMES_PER_TOKEN
-from talker.op_count import measure
+from talker.device import resolve_device
+from talker.models.frontend import FRAMES_PER_TOKEN, Frontend, load_tokenizer
+from talker.models.hub import resolve
+from talker.models.loader import load_talker, resolve_dtype
+from talker.op_count import step_ops
 from talker.request import SpeechRequest
 from talker.snapshot import StepTiming, gpu_gaps_us, step_gaps_us
 
@@ -121,8 +126,8 @@ async def run_mode(args: argparse.Namespace, mode: OutputMode) -> ModeResult:
     generation = FRAMES_PER_TOKEN * args.steps
     config = EngineConfig.from_env(
         model=args.model, device=args.device, output_mode=mode, max_batch=args.batch, max_queue=0,
-        max_prefills_per_step=1, max_frames=generation, max_len=max(2048, 2 * generation + 64),
-    )
+        max_frames=generation, max_len=max(2048, 2 * generation + 64),
+    ).tuned(max_prefills_per_step=1)
     engine = Engine(config)
     await engine.start()
     try:
@@ -212,6 +217,16 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         Path(args.svg).write_text(timeline_svg(results))
         out["svg"] = str(args.svg)
     return out
+
+
+def measure(config: EngineConfig, batch: int) -> dict[str, Any]:
+    """`step_ops` of the configured model and device, loaded here on its own (no engine, no codec)."""
+    device = resolve_device(config.device)
+    path = ensure_tiny(config.cache_dir) if config.model == "tiny" else resolve(config.model, config.revision)
+    loaded = load_talker(path, device, resolve_dtype(config.dtype, device), config.quantize)
+    frontend = Frontend(loaded.cfg, loaded.generation, load_tokenizer(path), 512, config.tuning.text_width, 512)
+    with torch.inference_mode():
+        return step_ops(loaded, frontend, device, batch)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from output_builder.engine import Engine
-from talker.config import EngineConfig
+from engine.config import EngineConfig
+from engine.engine import Engine
 from talker.request import EngineDeadError, EngineState, FinishReason, RequestFailedError, SpeechRequest
 from talker.scheduler import SeqStatus
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Where a Talker step's time goes: torch.profiler over a running engine's decode loop (worker thread included).
 
   .venv/bin/python scripts/profile_step [--model tiny|PATH] [--device cpu|cuda] [--batch 16] [--steps 50]
@@ -14,17 +13,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from output_builder.engine import Engine
-from talker.config import EngineConfig
+from engine.config import EngineConfig
+from engine.engine import Engine
+from output_builder.streams import AudioStream
 from talker.request import SpeechRequest
 
 TEXT = "The quick brown fox jumps over the lazy dog, then streams a little more speech for the profiler."
@@ -53,15 +49,15 @@ class StepWindow:
             self.done = True
 
 
-async def drain(stream) -> None:  # type: ignore[no-untyped-def]
+async def drain(stream: AudioStream) -> None:
     async for _ in stream:
         pass
 
 
-async def main(args: argparse.Namespace) -> None:
-    engine = Engine(EngineConfig.from_env(model=args.model, device=args.device, max_batch=args.batch,
-                                          max_frames=1024, max_prefills_per_step=args.batch,
-                                          quantize=args.quantize))
+async def run(args: argparse.Namespace) -> None:
+    config = EngineConfig.from_env(model=args.model, device=args.device, max_batch=args.batch, max_frames=1024,
+                                   quantize=args.quantize)
+    engine = Engine(config.tuned(max_prefills_per_step=args.batch))
     await engine.start()
     assert engine.worker is not None
     try:
@@ -89,12 +85,17 @@ async def main(args: argparse.Namespace) -> None:
         print(events.table(sort_by="self_device_time_total", row_limit=args.rows))
 
 
-if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--model", default="tiny")
     p.add_argument("--device", default="cpu")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--rows", type=int, default=25)
     p.add_argument("--quantize", choices=("int8",), default=None)
-    asyncio.run(main(p.parse_args()))
+    asyncio.run(run(p.parse_args(argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

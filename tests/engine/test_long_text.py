@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import torch
 
+from engine.config import EngineConfig
+from engine.engine import Engine
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
-from output_builder.engine import Engine
 from output_builder.streams import AudioStream
-from talker.config import EngineConfig
 from talker.request import FinishReason, SpeechRequest
 from talker.snapshot import StepSnapshot
 

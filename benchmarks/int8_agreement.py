@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """How much `--quantize int8` changes the audio: greedy codes with int8 weights against full precision.
 
   .venv/bin/python scripts/int8_agreement [--model tiny|PATH] [--frames 40] [--json]
@@ -18,18 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from talker.config import default_cache_dir
+from engine.config import default_cache_dir
+from engine.tiny import ensure_tiny
 from talker.models.frontend import Frontend, load_tokenizer
 from talker.models.loader import LoadedTalker, load_talker
-from talker.models.tiny import ensure_tiny
 from talker.request import SpeechRequest
 from talker.runner import Runner
 from talker.scheduler import Scheduler, Seq
@@ -89,12 +85,12 @@ def agreement(full: list[np.ndarray], int8: list[np.ndarray]) -> dict[str, float
             "first_difference_frame_median": statistics.median(first_diff), "requests": len(full)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="tiny")
     p.add_argument("--frames", type=int, default=40)
     p.add_argument("--json", action="store_true")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     torch.set_num_threads(torch.get_num_threads())
     ckpt = ensure_tiny(default_cache_dir()) if args.model == "tiny" else Path(args.model)
     cpu = torch.device("cpu")
@@ -108,7 +104,8 @@ def main() -> None:
               f"{result['code_agreement']:.1%} of codes equal to full precision; "
               f"{result['identical_requests']:.0%} of requests identical; "
               f"first difference at frame {result['first_difference_frame_median']} (median)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

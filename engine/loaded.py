@@ -9,16 +9,16 @@ from pathlib import Path
 
 import torch
 
+from engine.config import EngineConfig, OutputMode
+from engine.tiny import ensure_tiny
 from output_builder.codec_process import CodecProcess
 from output_builder.codecs.native import load_native
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
-from talker.config import EngineConfig, OutputMode
 from talker.device import Threads, resolve_device, thread_plan, usable_cores
 from talker.models.frontend import Frontend, load_tokenizer
 from talker.models.hub import resolve
 from talker.models.loader import LoadedTalker, load_talker, resolve_dtype
 from talker.models.qwen3_tts.config import read_json
-from talker.models.tiny import ensure_tiny
 from talker.request import VoiceKind
 from talker.sampler_native import SamplingKernel, load_sampling_kernel
 from talker.voices.clone import VoiceEncoder
@@ -47,19 +47,19 @@ def load(cfg: EngineConfig) -> Loaded:
     talker = load_talker(path, device, resolve_dtype(cfg.dtype, device), cfg.quantize)
     arch = talker.cfg
     step_params = arch.talker.linear_params + (arch.num_code_groups - 1) * arch.predictor.linear_params
-    threads = thread_plan(cfg.torch_threads, step_params, usable_cores())
+    threads = thread_plan(cfg.tuning.torch_threads, step_params, usable_cores())
     log.info("torch threads: Talker %d, codec %d (%d cores)", threads.talker, threads.codec, usable_cores())
     codec_dir = path / "speech_tokenizer"
     sample_rate = int(read_json(codec_dir / "config.json").get("output_sample_rate", 24000))
     codec, process = None, None
-    native = cfg.native_kernels and device.type == "cpu"
+    native = cfg.tuning.native_kernels and device.type == "cpu"
     if cfg.output_mode is OutputMode.ASYNC:
-        process = CodecProcess(codec_dir, str(device), threads.codec, native, cfg.worker_nice)
+        process = CodecProcess(codec_dir, str(device), threads.codec, native, cfg.tuning.worker_nice)
     else:
         codec = Qwen12HzCodec.from_pretrained(codec_dir, device=device)
         codec.use_native(load_native() if native else None)
     max_frames = min(cfg.max_frames, cfg.max_len // 2)
-    frontend = Frontend(talker.cfg, talker.generation, load_tokenizer(path), max_frames, cfg.text_width,
+    frontend = Frontend(talker.cfg, talker.generation, load_tokenizer(path), max_frames, cfg.tuning.text_width,
                         cfg.max_len - max_frames)
     sampler = load_sampling_kernel() if native else None
     voices = VoiceEncoder(path) if frontend.kind is VoiceKind.BASE else None

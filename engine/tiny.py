@@ -19,8 +19,8 @@ from safetensors.torch import save_file
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from torch import nn
 
-from output_builder.codecs.qwen12hz import CodecConfig, Qwen12HzCodec
-from talker.models.export_voices import check_kind, kind_config, kind_weights, write_speech_tokenizer
+from engine.export_voices import check_kind, kind_config, kind_weights, write_speech_tokenizer
+from output_builder.codecs import CodecConfig, Qwen12HzCodec
 from talker.models.portable_random import PortableRandom
 from talker.models.qwen3_tts.config import Qwen3TTSConfig
 from talker.models.qwen3_tts.model import Qwen3TTSModel
@@ -176,7 +176,7 @@ def sized(size: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
 def export_tiny(directory: Path, size: str = "tiny", kind: str = "custom_voice") -> Path:
     """Write the tiny checkpoint to `directory` in the official layout; `size` "0.6b" or "1.7b" gives it the layer
     sizes of Qwen3-TTS-12Hz-0.6B or -1.7B (random weights, the tiny tokenizer), for benchmarks at real sizes; `kind`
-    "base" or "voice_design" writes that kind of checkpoint (talker/models/export_voices.py) with the same Talker."""
+    "base" or "voice_design" writes that kind of checkpoint (engine/export_voices.py) with the same Talker."""
     talker_cfg, predictor_cfg, codec_cfg = sized(size)
     check_kind(kind)
     directory.mkdir(parents=True, exist_ok=True)

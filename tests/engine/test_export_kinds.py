@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from output_builder.engine import Engine
-from talker.config import EngineConfig
-from talker.models import export_voices
-from talker.models.tiny import TALKER, checkpoint_config, export_tiny
+from engine import export_voices
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.tiny import TALKER, checkpoint_config, export_tiny
 from talker.request import RequestError, SpeechRequest, VoiceKind
 from tests.conftest import VOICE_REF, VOICE_REF_TEXT
 
@@ -101,7 +101,7 @@ def test_real_sizes_are_the_official_base_checkpoint_sizes() -> None:
     tokenizer's: 1920 samples a frame, 32 codebooks of which the first 16 are read."""
     from transformers import MimiConfig
 
-    from talker.models.tiny import sized
+    from engine.tiny import sized
 
     for size, width in (("0.6b", 1024), ("1.7b", 2048)):
         talker, predictor, _ = sized(size)

@@ -1,0 +1,1 @@
+"""Benchmarks that print figures (`talkstream bench NAME`, or `python -m benchmarks.NAME`)."""

@@ -1,0 +1,58 @@
+"""The engine's public API: what the server, and anyone driving Talkstream from Python, imports.
+
+`Engine` (start, submit, stop; `engine/engine.py`) is the composition root: it loads a checkpoint and wires the
+Talker worker (talker/) to the output side (output_builder/). Nothing below this package imports it. The heavy
+parts (torch) load on first use, so `from engine import EngineConfig` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.config import EngineConfig, OutputMode, api_key_from_env, default_cache_dir
+from talker.request import (
+    MAX_INPUT_CHARS,
+    ClonePrompt,
+    EngineBusyError,
+    EngineDeadError,
+    EngineState,
+    FinishReason,
+    RequestError,
+    RequestFailedError,
+    SamplingParams,
+    SpeechRequest,
+    StreamingSpeechRequest,
+    TextLayout,
+    VoiceKind,
+)
+
+if TYPE_CHECKING:
+    from engine.engine import Engine
+    from engine.text_input import SpeechInput
+    from output_builder.streams import AudioStream, Usage
+    from talker.snapshot import StepTiming
+
+_LAZY = {"Engine": "engine.engine", "SpeechInput": "engine.text_input", "AudioStream": "output_builder.streams",
+         "Usage": "output_builder.streams", "StepTiming": "talker.snapshot"}
+
+__all__ = [
+    "MAX_INPUT_CHARS", "AudioStream", "ClonePrompt", "Engine", "EngineBusyError", "EngineConfig", "EngineDeadError",
+    "EngineState", "FinishReason", "OutputMode", "RequestError", "RequestFailedError", "SamplingParams",
+    "SpeechInput", "SpeechRequest", "StepTiming", "StreamingSpeechRequest", "TextLayout", "Usage", "VoiceKind",
+    "api_key_from_env", "default_cache_dir", "resolve_checkpoint",
+]
+
+
+def resolve_checkpoint(model: str, revision: str | None = None, refresh: bool = False) -> Path:
+    """A checkpoint directory, or a Hugging Face Hub id fetched into (or found in) the Hub cache."""
+    from talker.models.hub import resolve
+
+    return resolve(model, revision, refresh=refresh)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")

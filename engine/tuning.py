@@ -1,0 +1,49 @@
+"""Tuning knobs: how the engine runs, not what it serves. Not user settings (no environment variables): each has a
+measured default, and tests and benchmarks set them explicitly (`EngineConfig.tuned(...)`).
+
+Which prefill policy runs where: a new request's prefill is a step of its own (`prefill_alone`) on every device,
+so its first frame is not a 32-row step's; on the CPU that step runs between the code predictor's sub-steps of the
+step in flight (`prefill_midstep`), since a CPU step is long. The mixed policy (prefill rows in the running batch)
+is kept for the scheduler's and worker's own tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    max_prefills_per_step: int = 32  # new requests prefilled together in one step (a burst shares one prefill)
+    max_prefill_tokens: int = 2048  # and only while count x longest prompt fits: bounds the step others wait on
+    prefill_alone: bool = True  # new requests' prefill as a step of its own (the running ones sit it out)
+    prefill_midstep: bool = True  # and run between the code predictor's sub-steps of the step in flight
+    text_width: int = 4608  # text tokens per request (4096 characters of any script fit)
+    # 80 ms of audio: the first chunk leaves after one step; sizes then double up to chunk_frames (1, 2, 4, 8, 8, …)
+    first_chunk_frames: int = 1
+    chunk_frames: int = 8
+    # frames per backlog codec call; first chunks go on a lane of their own, served between a backlog call's stages
+    codec_batch_frames: int = 64
+    codec_hold_s: float = 0.02  # a backlog codec call waits up to this long while a first chunk is due
+    codec_timeout_s: float = 30.0  # a codec call that takes longer fails its requests and kills the engine
+    # torch threads per worker; 0: from the model's size and the cores (talker/device.py: one each for `tiny`; at
+    # real sizes a quarter of the cores for the codec, the rest for the Talker; both for the Talker on 2 cores)
+    torch_threads: int = 0
+    worker_nice: int = 5  # the Talker thread and the codec process yield a busy core to the event loop
+    native_kernels: bool = True  # the codec's and sampler's CPU kernels (compiled when the package is installed)
+    warmup: bool = True  # a short request at start, so the first client's request does not pay for lazy setup
+    timing_ring: int = 4096  # step timings kept for benchmarks and /metrics
+
+    def validate(self) -> Tuning:
+        positive = ("max_prefills_per_step", "max_prefill_tokens", "text_width", "first_chunk_frames",
+                    "chunk_frames", "codec_batch_frames", "timing_ring")
+        for name in positive:
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.torch_threads < 0:
+            raise ValueError("torch_threads must be >= 0")
+        if self.codec_timeout_s <= 0 or self.codec_hold_s < 0:
+            raise ValueError("codec_timeout_s must be > 0 and codec_hold_s >= 0")
+        if not 0 <= self.worker_nice <= 19:
+            raise ValueError("worker_nice must be in [0, 19]")
+        return self

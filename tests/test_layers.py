@@ -1,0 +1,86 @@
+"""The rooms and which way their imports run (docs/architecture.md): talker at the bottom, the output side above it,
+the engine (the composition root and public API) above both, the server on top speaking only to the engine; the
+benchmarks may use anything. No import runs back up, `server/` never imports torch, and no modules import each
+other in a circle."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ALLOWED = {
+    "talker": {"talker"},
+    "output_builder": {"output_builder", "talker"},
+    "engine": {"engine", "output_builder", "talker"},
+    "server": {"server", "engine"},
+    "benchmarks": {"benchmarks", "server", "engine", "output_builder", "talker"},
+}
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    for room in ALLOWED:
+        for path in sorted((ROOT / room).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), path
+
+
+def imports(path: Path, module_level_only: bool = False) -> Iterator[str]:
+    """Absolute module names imported by `path`; with `module_level_only`, not those inside functions (deliberate
+    lazy imports). Those under `if TYPE_CHECKING:` count: a circle the type checker follows is still a circle."""
+    tree = ast.parse(path.read_text())
+    nodes = _top_level(tree.body) if module_level_only else ast.walk(tree)
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def _top_level(body: list[ast.stmt]) -> Iterator[ast.AST]:
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(node, (ast.If, ast.Try)):
+            yield from _top_level([*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", []),
+                                   *(s for h in getattr(node, "handlers", []) for s in h.body)])
+        else:
+            yield node
+
+
+def test_no_import_runs_back_up_a_layer() -> None:
+    wrong = [f"{name} imports {target}" for name, path in modules() for target in imports(path)
+             if target.split(".")[0] in ALLOWED and target.split(".")[0] not in ALLOWED[name.split(".")[0]]]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_server_never_imports_torch() -> None:
+    wrong = [name for name, path in modules() if name.startswith("server")
+             for target in imports(path) if target.split(".")[0] == "torch"]
+    assert not wrong, wrong
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    known = dict(modules())
+    graph = {name: {t for t in imports(path, module_level_only=True) if t in known and t != name}
+             for name, path in known.items()}
+    for name in graph:  # a package's own __init__ is imported by its modules: not an edge of the cycle kind
+        graph[name] = {t for t in graph[name] if not name.startswith(t + ".")}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*trail[trail.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
