@@ -129,7 +129,7 @@ def test_serve_flags_and_the_api_key_variable_reach_the_app(monkeypatch: pytest.
     assert made["ran"] and made["api_key"] == "from-the-environment" and made["data_dir"] == Path("/srv/voices")
     assert made["cors_origins"] == ["https://a.example", "https://b.example"] and made["log_input"] is True
     [config] = made["configs"]
-    assert config.codec_timeout_s == 7.5
+    assert config.tuning.codec_timeout_s == 7.5
     assert (config.max_batch, config.max_queue) == (3, 7)  # flags win over the environment, which wins over defaults
     assert made["shutdown_timeout"] == made["drain_timeout"] == 4
     assert (made["uvicorn"].port, made["uvicorn"].limit_concurrency) == (9123, 11)

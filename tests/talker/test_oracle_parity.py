@@ -170,11 +170,11 @@ def test_decoded_waveform_matches_the_official_decode(oracle: Oracle, codec: Qwe
 
 def chunk_sizes(total: int) -> list[int]:
     """The engine's default chunking of a request of `total` frames."""
-    cfg = EngineConfig()
+    knobs = EngineConfig().tuning
     sizes: list[int] = []
     done = 0
     while done < total:
-        sizes.append(min(chunk_target(cfg.first_chunk_frames, cfg.chunk_frames, len(sizes)), total - done))
+        sizes.append(min(chunk_target(knobs.first_chunk_frames, knobs.chunk_frames, len(sizes)), total - done))
         done += sizes[-1]
     return sizes
 
