@@ -17,8 +17,11 @@ from engine.config import EngineConfig, OutputMode
 from engine.loaded import Loaded, load
 from engine.text_input import HEAD, SpeechInput
 from output_builder.assembler import RequestOutput
-from output_builder.bridge import AsyncBridge, ChunkDecoder, InProcessCodec, OutputPipeline, SyncBridge
+from output_builder.bridge import AsyncBridge
+from output_builder.chunk_decoder import ChunkDecoder, InProcessCodec
+from output_builder.pipeline import OutputPipeline
 from output_builder.streams import AudioStream
+from output_builder.sync_bridge import SyncBridge
 from talker.device import DeviceLayer
 from talker.models.frontend import Prepared, Voice
 from talker.models.hub import is_directory

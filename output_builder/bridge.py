@@ -14,162 +14,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
 
 import numpy as np
 
-from output_builder.assembler import ChunkJob, RequestOutput
-from output_builder.codec_process import CodecProcessError, DecodeRequest, decode_batch
-from output_builder.codecs.qwen12hz import Qwen12HzCodec
-from output_builder.primed import PrimedStates
-from talker.request import FinishReason, RequestFailedError
+from output_builder.assembler import ChunkJob
+from output_builder.codec_process import CodecProcessError
+from output_builder.pipeline import OutputPipeline
 from talker.snapshot import StepSnapshot
 
 log = logging.getLogger("talkstream.output")
-FaultHook = Callable[[str, list[ChunkJob]], None]
 STOP_TIMEOUT_S = 5.0
 
 
 class CodecTimeoutError(CodecProcessError):
     """A codec decode call took longer than `codec_timeout_s`: the codec worker is hung."""
-
-
-class DecodeBackend(Protocol):
-    def decode(self, jobs: list[tuple[int, np.ndarray]], urgent: bool = False,
-               context: dict[int, int] | None = None) -> list[np.ndarray]: ...
-
-    def close_stream(self, sid: int) -> None: ...
-
-
-class InProcessCodec:
-    """The codec in this process (sync mode: used inline by the Talker worker)."""
-
-    def __init__(self, codec: Qwen12HzCodec) -> None:
-        self.codec = codec
-        self._states: dict[int, object] = {}
-        self._closed: list[int] = []
-        self._primed = PrimedStates()
-
-    def decode(self, jobs: list[tuple[int, np.ndarray]], urgent: bool = False,
-               context: dict[int, int] | None = None) -> list[np.ndarray]:
-        closed, self._closed = self._closed, []
-        return decode_batch(self.codec, self._states, DecodeRequest(jobs, closed, context or {}), None, self._primed)
-
-    def close_stream(self, sid: int) -> None:
-        self._closed.append(sid)
-
-
-class ChunkDecoder:
-    """Turns chunk jobs into 16-bit PCM, each request's codec state kept by the backend under its stream id."""
-
-    def __init__(self, backend: DecodeBackend) -> None:
-        self.backend = backend
-        self.fault_hook: FaultHook | None = None  # test-only fault injection
-        self.open_streams: set[int] = set()  # stream ids with codec state (a leak shows here)
-
-    def decode(self, jobs: list[ChunkJob], urgent: bool = False) -> list[np.ndarray | None]:
-        if self.fault_hook is not None:
-            self.fault_hook("codec", jobs)
-        live = [j for j in jobs if j.codes is not None and not j.out.stream.done]
-        for j in live:
-            self.open_streams.add(j.out.stream_id)
-            if j.out.released:  # released on the loop meanwhile
-                self.open_streams.discard(j.out.stream_id)
-        pairs = [(j.out.stream_id, j.codes) for j in live if j.codes is not None]
-        context = {j.out.stream_id: j.context for j in live if j.context}
-        pcm = self.backend.decode(pairs, urgent, context) if pairs else []
-        by_job = {id(j): a for j, a in zip(live, pcm, strict=True)}
-        return [by_job.get(id(j)) for j in jobs]
-
-    def release(self, out: RequestOutput) -> None:
-        if not out.released:
-            out.released = True
-            self.open_streams.discard(out.stream_id)
-            self.backend.close_stream(out.stream_id)
-
-
-class OutputPipeline:
-    """Routing and delivery shared by both modes. `deliver*` run on the event loop."""
-
-    def __init__(self, decoder: ChunkDecoder, on_fatal: Callable[[BaseException], None],
-                 batch_frames: int = 64) -> None:
-        self.decoder = decoder
-        self.on_fatal = on_fatal
-        self.batch_frames = batch_frames
-        self.jobs_in_flight = 0
-        self.tap: Callable[[StepSnapshot, np.ndarray], None] | None = None  # benchmarks: each step's codes
-
-    def route(self, snap: StepSnapshot) -> list[ChunkJob]:
-        """Rows of a resolved snapshot → ready chunks (in batch order)."""
-        assert snap.codes is not None
-        codes = snap.codes.numpy()  # [B, G]
-        if snap.buffer is not None:
-            codes = codes.copy()  # a reused host buffer (CUDA): pending frames must not alias it once released
-        if self.tap is not None:
-            self.tap(snap, codes)
-        jobs = []
-        for row, seq in enumerate(snap.seqs):
-            job = seq.sink.push(codes[row], seq.segment)
-            if job is not None:
-                jobs.append(job)
-        snap.release()
-        return jobs
-
-    def batches(self, jobs: list[ChunkJob]) -> list[tuple[bool, list[ChunkJob]]]:
-        """A step's chunks → codec calls as (urgent, jobs): the new requests' first chunks in one urgent call, then
-        the rest in calls of at most `batch_frames` frames. A function of the step's chunks alone."""
-        calls: list[tuple[bool, list[ChunkJob]]] = []
-        if firsts := [j for j in jobs if j.first]:
-            calls.append((True, firsts))
-        current: list[ChunkJob] = []
-        frames = 0
-        for job in (j for j in jobs if not j.first):
-            if current and frames + job.frames > self.batch_frames:
-                calls.append((False, current))
-                current, frames = [], 0
-            current.append(job)
-            frames += job.frames
-        if current:
-            calls.append((False, current))
-        return calls
-
-    def deliver(self, jobs: list[ChunkJob], pcm: list[np.ndarray | None]) -> None:
-        for job, audio in zip(jobs, pcm, strict=True):
-            stream = job.out.stream
-            if audio is not None:
-                stream.usage.frames += job.frames - job.context
-                stream.put(audio)
-            if job.final is not None:
-                self.decoder.release(job.out)
-                stream.finish(job.final)
-
-    def fail_jobs(self, jobs: list[ChunkJob], exc: BaseException, on_abort: Callable[[str], None]) -> None:
-        log.error("audio output failed for %d request(s): %r", len(jobs), exc)
-        for job in jobs:
-            self.fail_output(job.out, RequestFailedError(f"audio decoding failed: {exc}", code="output_error"))
-            on_abort(job.out.request_id)
-        if isinstance(exc, CodecProcessError):
-            self.on_fatal(exc)
-
-    def fail_step(self, snap: StepSnapshot) -> None:
-        err = snap.error or RuntimeError("step failed")
-        for seq in snap.seqs:
-            if seq.segment == seq.sink.segment:  # not a finished segment's Seq that was still being stepped
-                self.fail_output(seq.sink, RequestFailedError(f"generation failed: {err}", code="generation_error"))
-        if snap.fatal:
-            self.on_fatal(err)
-
-    def fail_output(self, out: RequestOutput, exc: BaseException) -> None:
-        self.abandon(out)
-        out.stream.finish(FinishReason.ERROR, exc)
-
-    def abandon(self, out: RequestOutput) -> None:
-        out.abandon()
-        self.decoder.release(out)
 
 
 class AsyncBridge:
@@ -346,56 +207,3 @@ class AsyncBridge:
             return await asyncio.wait_for(call, self.codec_timeout_s)
         except TimeoutError:
             raise CodecTimeoutError(f"the codec decode took longer than {self.codec_timeout_s:g} s") from None
-
-
-class SyncBridge:
-    """Publisher for sync mode: all output work inline on the worker thread; only delivery hops to the loop.
-
-    A decode that hangs here hangs the worker. The engine's watchdog calls `check_decode` on the loop: past
-    `codec_timeout_s` the decode's requests fail as in async mode, and the engine is marked dead.
-    """
-
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, pipeline: OutputPipeline, on_abort: Callable[[str], None],
-        codec_timeout_s: float = 30.0,
-    ) -> None:
-        self.loop, self.pipeline, self.on_abort = loop, pipeline, on_abort
-        self.codec_timeout_s = codec_timeout_s
-        self._decoding: tuple[float, list[ChunkJob]] | None = None  # set by the worker, read by the watchdog
-
-    backlog = 0
-
-    def publish(self, snap: StepSnapshot) -> None:  # worker thread
-        if snap.error is not None:
-            self.loop.call_soon_threadsafe(self.pipeline.fail_step, snap)
-            return
-        snap.fence.wait()
-        jobs = self.pipeline.route(snap)
-        if not jobs:
-            return
-        for _, call in self.pipeline.batches(jobs):
-            self._decode(call)
-
-    def _decode(self, jobs: list[ChunkJob]) -> None:
-        self._decoding = (time.monotonic(), jobs)
-        try:
-            pcm = self.pipeline.decoder.decode(jobs)
-        except Exception as exc:
-            self.loop.call_soon_threadsafe(self.pipeline.fail_jobs, jobs, exc, self.on_abort)
-        else:
-            self.loop.call_soon_threadsafe(self.pipeline.deliver, jobs, pcm)
-        finally:
-            self._decoding = None
-
-    def check_decode(self, now: float) -> None:  # event loop
-        decoding = self._decoding
-        if decoding is not None and now - decoding[0] > self.codec_timeout_s:
-            self._decoding = None
-            exc = CodecTimeoutError(f"the codec decode took longer than {self.codec_timeout_s:g} s")
-            self.pipeline.fail_jobs(decoding[1], exc, self.on_abort)  # fatal: marks the engine dead
-
-    def start(self) -> None:
-        return None
-
-    async def stop(self) -> None:
-        return None

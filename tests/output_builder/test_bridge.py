@@ -13,7 +13,9 @@ import numpy as np
 import torch
 
 from output_builder.assembler import ChunkJob, RequestOutput
-from output_builder.bridge import AsyncBridge, ChunkDecoder, OutputPipeline
+from output_builder.bridge import AsyncBridge
+from output_builder.chunk_decoder import ChunkDecoder
+from output_builder.pipeline import OutputPipeline
 from output_builder.streams import AudioStream
 from talker.device import HostBuffer
 from talker.request import FinishReason
