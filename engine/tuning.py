@@ -3,8 +3,9 @@ measured default, and tests and benchmarks set them explicitly (`EngineConfig.tu
 
 Which prefill policy runs where: a new request's prefill is a step of its own (`prefill_alone`) on every device,
 so its first frame is not a 32-row step's; on the CPU that step runs between the code predictor's sub-steps of the
-step in flight (`prefill_midstep`), since a CPU step is long. The mixed policy (prefill rows in the running batch)
-is kept for the scheduler's and worker's own tests.
+step in flight (`prefill_midstep`), since a CPU step is long; on CUDA it waits for the step boundary (a callback
+inside the step could not be captured in a CUDA graph). The mixed policy (prefill rows in the running batch) is
+kept for the scheduler's and worker's own tests.
 """
 
 from __future__ import annotations
