@@ -78,7 +78,7 @@ def decode_batch(
                 raise ValueError(f"codes outside the codebook [0, {size}) for stream {sid}")
             state, n = states.get(sid), req.context.get(sid, 0)
             if state is None:
-                fresh = primed or Primed(0)
+                fresh = primed if primed is not None else Primed(0)  # an empty cache is falsy (__len__)
                 state = fresh.open(codec, codes[:, :n]) if n else codec.open_stream()  # type: ignore
                 codes = codes[:, n:]
                 if gone is not None and sid in gone:

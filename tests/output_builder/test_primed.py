@@ -34,7 +34,11 @@ def test_a_decode_call_hears_only_the_frames_after_the_context(official: Qwen12H
     reference, spoken = codes(5, 8), codes(6, 3)
     states: dict[int, object] = {}
     job = np.concatenate([reference, spoken], axis=1)
-    (pcm,) = decode_batch(official, states, DecodeRequest([(7, job)], context={7: 8}), None, PrimedStates())
+    primed = PrimedStates()
+    (pcm,) = decode_batch(official, states, DecodeRequest([(7, job)], context={7: 8}), None, primed)
     assert pcm.shape == (3 * 1920,)
+    assert len(primed) == 1  # kept: the voice's next request starts from it (an empty cache is still the cache)
+    (again,) = decode_batch(official, states, DecodeRequest([(9, job)], context={9: 8}), None, primed)
+    assert np.array_equal(again, pcm) and len(primed) == 1
     (plain,) = decode_batch(official, {}, DecodeRequest([(8, job)]))
     assert np.abs(pcm.astype(np.int32) - plain[8 * 1920:].astype(np.int32)).max() <= 1
