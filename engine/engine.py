@@ -139,7 +139,7 @@ class Engine:
         if self._codec_pool is not None:  # a dead engine's codec thread may be hung: do not wait for it
             self._codec_pool.shutdown(wait=self.state is not EngineState.DEAD)
         if self._loaded is not None and self._loaded.voice_encoder is not None:
-            self._loaded.voice_encoder.close()
+            await asyncio.to_thread(self._loaded.voice_encoder.close)  # a creation in flight ends first
         if self._loaded is not None and self._loaded.codec_process is not None:
             await asyncio.to_thread(self._loaded.codec_process.stop)
         self.state = EngineState.STOPPED if self.state is not EngineState.DEAD else EngineState.DEAD

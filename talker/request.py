@@ -42,6 +42,9 @@ class RequestError(ValueError):
         self.param = param
         self.code = code
 
+    def __reduce__(self) -> tuple[type[RequestError], tuple[str, str | None, str | None]]:
+        return type(self), (self.message, self.param, self.code)  # across processes, with its param and code
+
 
 class RequestFailedError(RuntimeError):
     """A request that was valid failed while it was being generated or decoded; only it ends."""

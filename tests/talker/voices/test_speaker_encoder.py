@@ -102,3 +102,13 @@ def test_the_shortest_accepted_clip_runs_and_a_shorter_one_is_refused(encoder: S
         encoder.embed(voice[:1279])
     with pytest.raises(ValueError, match="mono"):
         encoder.embed(np.stack([voice, voice], axis=1))
+
+
+def test_a_request_error_crosses_a_process_with_its_param_and_code() -> None:
+    """Voices are made in a process of their own (talker/voices/clone.py): its refusals keep their fields."""
+    import pickle
+
+    from talker.request import RequestError
+
+    err = pickle.loads(pickle.dumps(RequestError("no speaker encoder", param="model", code="unsupported_model")))
+    assert (err.message, err.param, err.code) == ("no speaker encoder", "model", "unsupported_model")
