@@ -348,7 +348,7 @@ class Engine:
 
     async def clone_prompt(self, wav: np.ndarray, transcript: str | None) -> ClonePrompt:
         """A reference recording (float32 mono, 24 kHz) → the clone prompt of a voice, for Base checkpoints. With a
-        transcript: in-context cloning; without: x-vector only. Runs on the voice encoder's own thread."""
+        transcript: in-context cloning; without: x-vector only. Runs in the voice process (talker/voices/clone.py)."""
         if self._loaded is None or self.state is not EngineState.READY:
             raise EngineDeadError(f"the engine is {self.state.value}")
         if self._loaded.voice_encoder is None:
