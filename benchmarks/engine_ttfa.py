@@ -1,6 +1,7 @@
 """Time to first audio at the engine (no HTTP): 32 requests submitted at once, for a few admission and chunking
 settings, against one request alone. Usage: .venv/bin/python scripts/bench_engine_ttfa"""
 
+import argparse
 import asyncio
 import statistics
 
@@ -38,6 +39,7 @@ async def measure(first_chunk: int, max_prefills: int, streams: int = 32, rounds
 
 
 def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0]).parse_args(argv)
     for fc, mp in [(2, 8), (1, 8), (1, 32)]:
         asyncio.run(measure(fc, mp))
     return 0
