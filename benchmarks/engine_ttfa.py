@@ -1,5 +1,5 @@
 """Time to first audio at the engine (no HTTP): 32 requests submitted at once, for a few admission and chunking
-settings, against one request alone. Usage: .venv/bin/python scripts/bench_engine_ttfa"""
+settings, against one request alone. Usage: .venv/bin/python -m benchmarks.engine_ttfa"""
 
 import argparse
 import asyncio
