@@ -2,7 +2,7 @@
 
 For each (streams, frames per call) it times `decode_streams` on the embedded tiny codec with both paths, rounds
 interleaved so that a busy host hits both alike, and checks that the two agree with the one-shot decode.
-Usage: .venv/bin/python scripts/bench_codec [--rounds N] [--json]
+Usage: .venv/bin/python -m benchmarks.codec [--rounds N] [--json]
 """
 
 import argparse

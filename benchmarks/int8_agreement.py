@@ -1,6 +1,6 @@
 """How much `--quantize int8` changes the audio: greedy codes with int8 weights against full precision.
 
-  .venv/bin/python scripts/int8_agreement [--model tiny|PATH] [--frames 40] [--json]
+  .venv/bin/python -m benchmarks.int8_agreement [--model tiny|PATH] [--frames 40] [--json]
 
 Runs the same texts x voices greedily (temperature 0, no repetition penalty) through the Talker twice, in full
 precision and with int8 weights, all requests in one batch each time (a row's int8 result does not depend on its

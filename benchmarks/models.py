@@ -1,6 +1,6 @@
 """Two models in one process, as `talkstream serve --model A --model B` runs them: does a busy one starve the other?
 
-  .venv/bin/python scripts/bench_models [--model-a tiny] [--model-b DIR] [--streams 8] [--frames 120] [--rounds 3]
+  .venv/bin/python -m benchmarks.models [--model-a tiny] [--model-b DIR] [--streams 8] [--frames 120] [--rounds 3]
 
 Each engine gets --streams requests of --frames frames. Per round: A alone, B alone, then A and B together; it
 prints each model's audio seconds per wall second in each phase and, together, the share of its alone figure each

@@ -1,6 +1,6 @@
 """Where a Talker step's time goes: torch.profiler over a running engine's decode loop (worker thread included).
 
-  .venv/bin/python scripts/profile_step [--model tiny|PATH] [--device cpu|cuda] [--batch 16] [--steps 50]
+  .venv/bin/python -m benchmarks.profile_step [--model tiny|PATH] [--device cpu|cuda] [--batch 16] [--steps 50]
                                         [--quantize int8]
 
 Submits --batch requests, lets them reach steady decode, profiles --steps consecutive steps from inside the worker
