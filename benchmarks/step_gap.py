@@ -109,9 +109,9 @@ def max_sample_diff(a: list[bytes], b: list[bytes]) -> int | None:
 def _codes_by_request(steps: list[tuple[tuple[Any, ...], np.ndarray]], ids: list[tuple[str, int]]) -> list[bytes]:
     """Each request's accepted frames (up to EOS: rows after it depend on when the worker retired the request)."""
     rows: dict[str, list[bytes]] = {rid: [] for rid, _ in ids}
-    for seqs, codes in steps:  # codes: [B, G]
-        for row, seq in enumerate(seqs):
-            rows[seq.request_id].append(codes[row].astype(np.int32).tobytes())
+    for step_rows, codes in steps:  # codes: [B, G]
+        for row, (rid, _, _) in enumerate(step_rows):
+            rows[rid].append(codes[row].astype(np.int32).tobytes())
     return [b"".join(rows[rid][:frames]) for rid, frames in ids]
 
 
@@ -137,7 +137,7 @@ async def run_mode(args: argparse.Namespace, mode: OutputMode) -> ModeResult:
                     for i in range(args.batch)]
         assert engine.pipeline is not None
         steps: list[tuple[tuple[Any, ...], np.ndarray]] = []
-        engine.pipeline.tap = lambda snap, codes: steps.append((snap.seqs, codes))  # no copy: the codes are kept
+        engine.pipeline.tap = lambda snap, codes: steps.append((snap.rows, codes))  # no copy: the codes are kept
         start = time.perf_counter()
         streams = engine.submit_many(requests)
         audio = await asyncio.gather(*(_drain(s) for s in streams))

@@ -195,7 +195,7 @@ class StepRecord:
         worker.fault_hook = hook
 
     def __call__(self, snap: StepSnapshot, codes: np.ndarray) -> None:
-        self.rows.update(seq.request_id for seq in snap.seqs)
+        self.rows.update(rid for rid, _, _ in snap.rows)
 
 
 def step_times(engine: Engine, record: StepRecord, since: int) -> dict[str, Any]:

@@ -168,7 +168,7 @@ class Engine:
         self._check_ids([r.request_id for r in requests])
         seqs = tuple(self._seq_for(p) for p in prepared)
         self.worker.send(Submit(seqs))
-        return [seq.sink.stream for seq in seqs]
+        return [self._outputs[seq.request_id].stream for seq in seqs]
 
     def _check_ids(self, ids: list[str]) -> None:
         if len(set(ids)) != len(ids) or any(rid in self._outputs for rid in ids):
@@ -188,7 +188,7 @@ class Engine:
                 self.pipeline.abandon(out)
                 out.stream.finish(FinishReason.EOS)
                 return
-            seq = Seq(rid, frontend.stream_prompt(s, head), s.params, s.seed, s.max_frames, out,
+            seq = Seq(rid, frontend.stream_prompt(s, head), s.params, s.seed, s.max_frames, out.stream_id,
                       feed=TextFeed(head[HEAD:], done))
             worker.send(Submit((seq,)))
 
@@ -208,7 +208,7 @@ class Engine:
         out.stream.usage.input_tokens = p.input_tokens
         if (ref := p.prompt.reference) is not None:
             out.context = np.array(ref.codes, dtype=np.int64).T  # [G, F]
-        return Seq(out.request_id, p.prompt, p.params, p.seed, p.max_frames, out)
+        return Seq(out.request_id, p.prompt, p.params, p.seed, p.max_frames, out.stream_id)
 
     def _output(self, rid: str, limit: int | None, segments_left: int = 0,
                 on_segment_end: Callable[[RequestOutput], None] | None = None) -> RequestOutput:
@@ -220,6 +220,8 @@ class Engine:
                             segment_frames=self._loaded.frontend.max_frames, segments_left=segments_left,
                             on_segment_end=on_segment_end)
         self._outputs[rid] = out
+        assert self.pipeline is not None
+        self.pipeline.outputs[out.stream_id] = out  # the key its Seqs carry across the bridge
         return out
 
     def _segment_ended(self, p: Prepared) -> Callable[[RequestOutput], None]:
@@ -232,7 +234,8 @@ class Engine:
             if out.closed or out.stream.done or self.worker is None or self.state is EngineState.DEAD:
                 return
             frames = min(out.segment_frames, out.max_frames - out.frames)
-            seq = Seq(out.request_id, p.segments[out.segment], p.params, p.seed, frames, out, segment=out.segment)
+            seq = Seq(out.request_id, p.segments[out.segment], p.params, p.seed, frames, out.stream_id,
+                      segment=out.segment)
             self.worker.send(Submit((seq,)))
             if out.stream.paused:  # its reader is behind: the new Seq waits like the last one did
                 self.worker.send(Pause(out.request_id, True))
@@ -379,4 +382,5 @@ class Engine:
             "codec_jobs_in_flight": self.pipeline.jobs_in_flight if self.pipeline else 0,
             "snapshot_backlog": self._bridge.backlog if self._bridge else 0,
             "codec_streams": len(self.pipeline.decoder.open_streams) if self.pipeline else 0,
+            "output_routes": len(self.pipeline.outputs) if self.pipeline else 0,  # outputs the router can reach
         }

@@ -4,7 +4,7 @@ delivered to each request's stream."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import numpy as np
 
@@ -27,6 +27,8 @@ class OutputPipeline:
         self.batch_frames = batch_frames
         self.jobs_in_flight = 0
         self.tap: Callable[[StepSnapshot, np.ndarray], None] | None = None  # benchmarks: each step's codes
+        # every request's output by the key its worker Seqs carry (`Seq.sink`): rows cross the bridge as keys
+        self.outputs: dict[Hashable, RequestOutput] = {}
 
     def route(self, snap: StepSnapshot) -> list[ChunkJob]:
         """Rows of a resolved snapshot → ready chunks (in batch order)."""
@@ -37,9 +39,9 @@ class OutputPipeline:
         if self.tap is not None:
             self.tap(snap, codes)
         jobs = []
-        for row, seq in enumerate(snap.seqs):
-            job = seq.sink.push(codes[row], seq.segment)
-            if job is not None:
+        for row, (_, key, segment) in enumerate(snap.rows):
+            out = self.outputs.get(key)  # gone: the request ended (a finished segment's Seq may still be stepped)
+            if out is not None and (job := out.push(codes[row], segment)) is not None:
                 jobs.append(job)
         snap.release()
         return jobs
@@ -70,6 +72,7 @@ class OutputPipeline:
                 stream.put(audio)
             if job.final is not None:
                 self.decoder.release(job.out)
+                self.outputs.pop(job.out.stream_id, None)
                 stream.finish(job.final)
 
     def fail_jobs(self, jobs: list[ChunkJob], exc: BaseException, on_abort: Callable[[str], None]) -> None:
@@ -82,9 +85,10 @@ class OutputPipeline:
 
     def fail_step(self, snap: StepSnapshot) -> None:
         err = snap.error or RuntimeError("step failed")
-        for seq in snap.seqs:
-            if seq.segment == seq.sink.segment:  # not a finished segment's Seq that was still being stepped
-                self.fail_output(seq.sink, RequestFailedError(f"generation failed: {err}", code="generation_error"))
+        for _, key, segment in snap.rows:
+            out = self.outputs.get(key)
+            if out is not None and segment == out.segment:  # not a finished segment's Seq still being stepped
+                self.fail_output(out, RequestFailedError(f"generation failed: {err}", code="generation_error"))
         if snap.fatal:
             self.on_fatal(err)
 
@@ -95,3 +99,4 @@ class OutputPipeline:
     def abandon(self, out: RequestOutput) -> None:
         out.abandon()
         self.decoder.release(out)
+        self.outputs.pop(out.stream_id, None)

@@ -18,7 +18,7 @@ _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.
 _STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0)
 _GAP_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2)
 _ENGINE_GAUGES = ("active_requests", "queued_requests", "slots_in_use", "codec_jobs_in_flight", "snapshot_backlog",
-                  "codec_streams")
+                  "codec_streams", "output_routes")
 
 
 class Metrics:

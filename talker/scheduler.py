@@ -41,7 +41,8 @@ class TextFeed:
 
 @dataclass(slots=True, eq=False)
 class Seq:
-    """One request as the worker sees it. `sink` is the output side's per-request object, opaque here."""
+    """One request as the worker sees it. `sink` is the output side's key for it (the engine's: an int), opaque
+    here and carried in each step's snapshot; tests driving the runner directly collect codes in it."""
 
     request_id: str
     prompt: PromptIds

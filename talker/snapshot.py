@@ -4,6 +4,7 @@ and the step's timestamps."""
 from __future__ import annotations
 
 import itertools
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,10 +30,14 @@ class StepTiming:
     gpu_sample_end: Any = None
 
 
+Row = tuple[str, Any, int]  # request id, the output side's key for it (`Seq.sink`), segment
+_RELEASE = threading.Lock()  # a snapshot's two readers release it from two threads
+
+
 @dataclass(slots=True, eq=False)
 class StepSnapshot:
     step: int
-    seqs: tuple[Any, ...]  # the worker's Seq per row, in batch order (`.sink` is the output side's object)
+    rows: tuple[Row, ...]  # per row, in batch order: ids, not objects, cross the bridge
     codes: Tensor | None  # host: [B, G] int32 once the fence is done
     fence: Fence = COMPLETED
     error: BaseException | None = None  # the step failed: its requests fail
@@ -43,9 +48,12 @@ class StepSnapshot:
     _readers: int = 2  # the output side and the worker's retire check
 
     def release(self) -> None:
-        """Called once by each reader when it no longer needs `codes`."""
-        self._readers -= 1
-        if self._readers <= 0 and self.buffer is not None:
+        """Called once by each reader (the output side, the worker's retire check; two threads in async mode) when
+        it no longer needs `codes`: the last one hands the host buffer back."""
+        with _RELEASE:
+            self._readers -= 1
+            last = self._readers == 0
+        if last and self.buffer is not None:
             self.buffer.in_use = False
 
 

@@ -24,7 +24,7 @@ import torch
 from talker.device import DeviceLayer
 from talker.runner import Runner
 from talker.scheduler import Scheduler, Seq, SeqStatus, StepPlan
-from talker.snapshot import StepSnapshot, StepTiming, TimingRing
+from talker.snapshot import Row, StepSnapshot, StepTiming, TimingRing
 
 log = logging.getLogger("talkstream.worker")
 MAX_CONSECUTIVE_FAILURES = 3
@@ -80,7 +80,7 @@ class TalkerWorker:
         self.timings = TimingRing(timing_ring)
         self.fault_hook: FaultHook | None = None  # test-only fault injection
         self.dead: BaseException | None = None
-        self._unretired: deque[StepSnapshot] = deque()
+        self._unretired: deque[tuple[StepSnapshot, tuple[Seq, ...]]] = deque()  # and the step's rows
         self._deferred: deque[Command] = deque()  # commands taken mid-step, handled at the next boundary
         self._midstep_open = False  # the step in flight takes mid-step prefills: it makes no first frames itself
         if prefill_midstep:
@@ -188,14 +188,14 @@ class TalkerWorker:
 
     def _retire_resolved(self) -> None:
         """Retire requests whose snapshot is resolved and shows EOS. Never waits for a copy."""
-        while self._unretired and self._unretired[0].fence.done():
-            snap = self._unretired.popleft()
+        while self._unretired and self._unretired[0][0].fence.done():
+            snap, seqs = self._unretired.popleft()
             assert snap.codes is not None
             code0 = snap.codes.numpy()[:, 0].tolist()
             if self.eos_id in code0:
                 for row, code in enumerate(code0):
                     if code == self.eos_id:
-                        self.scheduler.finish(snap.seqs[row])
+                        self.scheduler.finish(seqs[row])
             snap.release()
 
     def _run_step(self, pending: StepSnapshot | None, contiguous: bool) -> StepSnapshot | None:
@@ -229,9 +229,9 @@ class TalkerWorker:
 
     def _snapshot(self, plan: StepPlan, codes: torch.Tensor, timing: StepTiming) -> StepSnapshot:
         host, fence, buf = self.device.to_host(codes)
-        snap = StepSnapshot(self._step, plan.batch, host, fence, buffer=buf, timing=timing,
+        snap = StepSnapshot(self._step, rows_of(plan.batch), host, fence, buffer=buf, timing=timing,
                             first_frames=bool(plan.prefill))
-        self._unretired.append(snap)
+        self._unretired.append((snap, plan.batch))
         timing.batch = len(plan.batch)
         return snap
 
@@ -301,7 +301,7 @@ class TalkerWorker:
             raise RuntimeError(f"engine stopped after repeated step failures: {exc!r}") from exc
 
     def _publish_failure(self, seqs: list[Seq], exc: BaseException, fatal: bool) -> None:
-        self.publisher.publish(StepSnapshot(self._step, tuple(seqs), None, error=exc, fatal=fatal))
+        self.publisher.publish(StepSnapshot(self._step, rows_of(seqs), None, error=exc, fatal=fatal))
 
     def _die(self, exc: BaseException) -> None:
         self.dead = exc
@@ -322,3 +322,7 @@ def _is_device_fatal(exc: BaseException) -> bool:
     text = str(exc).lower()
     return "cuda error" in text or "device-side assert" in text or "out of memory" in text
 
+
+def rows_of(seqs: tuple[Seq, ...] | list[Seq]) -> tuple[Row, ...]:
+    """What the output side learns of a step's rows: ids and segments."""
+    return tuple((seq.request_id, seq.sink, seq.segment) for seq in seqs)

@@ -44,8 +44,8 @@ class CodeTap:
         engine.pipeline.tap = self
 
     def __call__(self, snap: StepSnapshot, codes: np.ndarray) -> None:
-        for row, seq in enumerate(snap.seqs):
-            self.rows[(seq.request_id, seq.segment)].append(codes[row].copy())
+        for row, (rid, _, segment) in enumerate(snap.rows):
+            self.rows[(rid, segment)].append(codes[row].copy())
 
     def spoken(self, rid: str, segment: int, eos: int) -> np.ndarray:
         """The frames of one segment up to its EOS: [T, G]."""

@@ -6,7 +6,6 @@ import asyncio
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,15 +18,20 @@ from output_builder.pipeline import OutputPipeline
 from output_builder.streams import AudioStream
 from talker.device import HostBuffer
 from talker.request import FinishReason
-from talker.snapshot import StepSnapshot
+from talker.snapshot import Row, StepSnapshot
 
 EOS = 99
 G = 4
 
 
+OUTPUTS: dict[object, RequestOutput] = {}  # every test output, by the key a Seq would carry for it
+
+
 def output(rid: str, first_chunk: int = 1, chunk: int = 8) -> RequestOutput:
     stream = AudioStream(rid, 24000, 60.0, lambda r: None, lambda r, paused: None)
-    return RequestOutput(rid, stream, 1000, EOS, first_chunk, chunk)
+    out = RequestOutput(rid, stream, 1000, EOS, first_chunk, chunk)
+    OUTPUTS[out.stream_id] = out
+    return out
 
 
 def job(out: RequestOutput, frames: int, first: bool = False) -> ChunkJob:
@@ -35,7 +39,9 @@ def job(out: RequestOutput, frames: int, first: bool = False) -> ChunkJob:
 
 
 def pipeline(backend: object, batch_frames: int = 16) -> OutputPipeline:
-    return OutputPipeline(ChunkDecoder(backend), lambda exc: None, batch_frames)  # type: ignore[arg-type]
+    pipe = OutputPipeline(ChunkDecoder(backend), lambda exc: None, batch_frames)  # type: ignore[arg-type]
+    pipe.outputs = OUTPUTS  # type: ignore[assignment]
+    return pipe
 
 
 class Recorder:
@@ -133,14 +139,12 @@ def test_a_stream_released_while_its_chunk_was_on_the_way_keeps_no_codec_state()
     assert decoder.open_streams == set()
 
 
-@dataclass
-class Row:
-    sink: RequestOutput
-    segment: int = 0
+def row(out: RequestOutput) -> Row:
+    return (out.request_id, out.stream_id, 0)
 
 
 def snapshot(step: int, rows: list[RequestOutput]) -> StepSnapshot:
-    return StepSnapshot(step, tuple(Row(r) for r in rows), torch.zeros(len(rows), G, dtype=torch.int32))
+    return StepSnapshot(step, tuple(row(r) for r in rows), torch.zeros(len(rows), G, dtype=torch.int32))
 
 
 def test_pending_frames_survive_the_reuse_of_a_released_host_buffer() -> None:
@@ -151,7 +155,7 @@ def test_pending_frames_survive_the_reuse_of_a_released_host_buffer() -> None:
     jobs: list[ChunkJob] = []
     for step in range(4):
         ring.data.fill_(step + 1)
-        snap = StepSnapshot(step, (Row(out),), ring.data.view(1, G), buffer=ring)
+        snap = StepSnapshot(step, (row(out),), ring.data.view(1, G), buffer=ring)
         jobs += pipeline(Recorder()).route(snap)
     assert len(jobs) == 1 and jobs[0].codes is not None
     assert jobs[0].codes.tolist() == [[1, 2, 3, 4]] * G

@@ -45,7 +45,7 @@ class Recorder:
             self.errors.append(snap.error)
             return
         assert snap.codes is not None
-        ids = tuple(seq.request_id for seq in snap.seqs)
+        ids = tuple(rid for rid, _, _ in snap.rows)
         self.order.append((snap.step, ids))
         for row, rid in enumerate(ids):
             self.rows[rid].append((snap.step, snap.codes[row].numpy().copy()))
