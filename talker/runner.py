@@ -12,7 +12,7 @@ input is summed again from the same two parts, as the feedback would have summed
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -61,7 +61,6 @@ class Runner:
         self.kv = SlotKVCache(t.num_layers, max_batch, t.num_kv_heads, max_len, t.head_dim, dtype, device)
         self.predictor = FusedPredictor(talker.code_predictor, max_batch, self.groups + 1)
         self._aside_predictor = FusedPredictor(talker.code_predictor, max_batch, self.groups + 1)
-        self.between: Callable[[], None] | None = None  # called between the code predictor's sub-steps
         self.next_embed = torch.zeros(max_batch, t.hidden_size, dtype=dtype, device=device)
         self.text_ids = torch.full((max_batch, text_width), cfg.text.tts_pad, dtype=torch.long, device=device)
         self.lengths = torch.zeros(max_batch, dtype=torch.long, device=device)
@@ -87,16 +86,20 @@ class Runner:
         """Host-to-device work of a new batch composition (nothing when it did not change)."""
         self._batch_tensors(plan)
 
+    @property
+    def in_aside(self) -> bool:
+        return self._aside
+
     @contextmanager
     def aside(self) -> Iterator[None]:
-        """A prefill-only step run from `between`, inside another step: its own code predictor cache, its
-        feedback queued behind the outer step's, and no nested `between`."""
-        outer, hook = self.predictor, self.between
-        self.predictor, self.between, self._aside = self._aside_predictor, None, True
+        """A prefill-only step run between the sub-steps of another (`sample_stages`): its own code predictor
+        cache, its feedback queued behind the outer step's."""
+        outer = self.predictor
+        self.predictor, self._aside = self._aside_predictor, True
         try:
             yield
         finally:
-            self.predictor, self.between, self._aside = outer, hook, False
+            self.predictor, self._aside = outer, False
 
     # 1. forward
     @torch.inference_mode()
@@ -185,9 +188,20 @@ class Runner:
         self.next_embed[index] = torch.stack([self._kept.pop(s) for s in slots]) + self.talker.embed_text(text)
 
     # 2. sample codebook 0, then the residual codebooks
-    @torch.inference_mode()
     def sample(self, plan: StepPlan, hidden: Tensor) -> Tensor:
         """hidden: [B, H] -> codes [B, G] (int32). The frame is fed back as the next step's input."""
+        stages = self.sample_stages(plan, hidden)
+        while True:
+            try:
+                next(stages)
+            except StopIteration as done:
+                codes: Tensor = done.value
+                return codes
+
+    @torch.inference_mode()
+    def sample_stages(self, plan: StepPlan, hidden: Tensor) -> Generator[None, None, Tensor]:
+        """`sample`, pausing between the code predictor's sub-steps: its driver (the worker) may run a prefill
+        there (`aside`). The runner never calls back into its driver."""
         bt = self._batch_tensors(plan)
         frames = self.frames[bt.slots]
         logits = self.talker.codec_head(hidden).float() + self.suppress
@@ -197,19 +211,19 @@ class Runner:
         u = step_uniforms(bt.talker.seeds, frames, self.groups)  # [B, G]
         seen = self.seen[bt.slots] if bt.use_penalty else None
         code0 = self._draw(logits, bt.talker, u[:, 0], seen, bt.penalty)
-        codes, emb_sum = self._predict(hidden, code0, bt, u)
+        codes, emb_sum = yield from self._predict(hidden, code0, bt, u)
         self._feedback.append((bt, code0, emb_sum, frames))  # applied on the device by the next forward
         return codes
 
-    def _predict(self, hidden: Tensor, code0: Tensor, bt: BatchTensors, u: Tensor) -> tuple[Tensor, Tensor]:
-        fused, between = self.predictor, self.between
+    def _predict(self, hidden: Tensor, code0: Tensor, bt: BatchTensors, u: Tensor
+                 ) -> Generator[None, None, tuple[Tensor, Tensor]]:
+        fused = self.predictor  # kept: an aside step in a pause swaps the runner's for its own
         emb = self.talker.embed_codec(code0)  # [B, H]
         emb_sum = emb.clone()
         codes = [code0]
         h = fused.step(torch.stack((hidden, emb), dim=1), 0)
         for g in range(1, self.groups):
-            if between is not None:
-                between()
+            yield  # a pause between sub-steps
             code = self._draw(fused.heads[g - 1](h).float(), bt.predictor, u[:, g])
             codes.append(code)
             emb = F.embedding(code, fused.embeddings[g - 1])

@@ -3,7 +3,8 @@
 Its loop is: drain the inbox (block on it when idle) → retire what finished → step. A step reads like a sentence:
 schedule, run, snapshot, publish.
 
-With `prefill_midstep`, new requests do not wait for the step in flight: between the code predictor's sub-steps
+With `prefill_midstep`, new requests do not wait for the step in flight: in the pauses the runner makes between the
+code predictor's sub-steps (`Runner.sample_stages`, a generator: the runner never calls back into the worker)
 the worker takes the inbox's submits (other commands wait for the step boundary) and runs their prefill there, as
 a step of its own that counts as the same step, then goes back to the outer one.
 """
@@ -83,8 +84,7 @@ class TalkerWorker:
         self._unretired: deque[tuple[StepSnapshot, tuple[Seq, ...]]] = deque()  # and the step's rows
         self._deferred: deque[Command] = deque()  # commands taken mid-step, handled at the next boundary
         self._midstep_open = False  # the step in flight takes mid-step prefills: it makes no first frames itself
-        if prefill_midstep:
-            runner.between = self._between
+        self._midstep = prefill_midstep
         self._step = 0
         self._failures = 0
         self._running = True
@@ -235,8 +235,22 @@ class TalkerWorker:
         timing.batch = len(plan.batch)
         return snap
 
+    def _sample(self, plan: StepPlan, hidden: torch.Tensor) -> torch.Tensor:
+        """The runner's sample; with mid-step prefill, `_between` runs in each pause between its sub-steps (not in
+        an aside step: that one is itself a pause's)."""
+        if not self._midstep or self.runner.in_aside:
+            return self.runner.sample(plan, hidden)
+        stages = self.runner.sample_stages(plan, hidden)
+        while True:
+            try:
+                next(stages)
+            except StopIteration as done:
+                codes: torch.Tensor = done.value
+                return codes
+            self._between()
+
     def _between(self) -> None:
-        """Called by the runner between code predictor sub-steps: take new requests and prefill them now. Not
+        """Between the code predictor's sub-steps of the step in flight: take new requests and prefill them now. Not
         inside a step that makes first frames itself: its own new requests would wait behind the newer ones."""
         if not self._midstep_open:
             return
@@ -280,7 +294,7 @@ class TalkerWorker:
         timing.forward_end = time.perf_counter()
         if self.fault_hook is not None:
             self.fault_hook("code_predictor", plan.batch)
-        codes = self.runner.sample(plan, hidden)
+        codes = self._sample(plan, hidden)
         timing.gpu_sample_end = self.device.gpu_mark()
         timing.sample_end = time.perf_counter()
         return codes
