@@ -91,7 +91,7 @@ class Engine:
         device = DeviceLayer(loaded.device, loaded.threads.talker, nice=knobs.worker_nice)
         self.worker = TalkerWorker(runner, device, cfg.max_batch, self._bridge, loaded.talker.cfg.codec.eos,
                                    knobs.max_prefills_per_step, knobs.timing_ring, knobs.max_prefill_tokens,
-                                   knobs.prefill_alone, knobs.prefill_midstep and loaded.device.type == "cpu")
+                                   knobs.prefill_midstep and loaded.device.type == "cpu")
         self._bridge.start()
         self.worker.start()
         self._watchdog = self._loop.create_task(self._watch_readers(), name="reader-watchdog")

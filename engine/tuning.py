@@ -1,11 +1,10 @@
 """Tuning knobs: how the engine runs, not what it serves. Not user settings (no environment variables): each has a
 measured default, and tests and benchmarks set them explicitly (`EngineConfig.tuned(...)`).
 
-Which prefill policy runs where: a new request's prefill is a step of its own (`prefill_alone`) on every device,
-so its first frame is not a 32-row step's; on the CPU that step runs between the code predictor's sub-steps of the
-step in flight (`prefill_midstep`), since a CPU step is long; on CUDA it waits for the step boundary (a callback
-inside the step could not be captured in a CUDA graph). The mixed policy (prefill rows in the running batch) is
-kept for the scheduler's and worker's own tests.
+Which prefill policy runs where: a new request's prefill is a step of its own on every device (the scheduler's one
+policy: no step mixes prefill and decode rows), so its first frame is not a 32-row step's; on the CPU that step
+runs between the code predictor's sub-steps of the step in flight (`prefill_midstep`), since a CPU step is long;
+on CUDA it waits for the step boundary (a pause inside the step could not be captured in a CUDA graph).
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from dataclasses import dataclass
 class Tuning:
     max_prefills_per_step: int = 32  # new requests prefilled together in one step (a burst shares one prefill)
     max_prefill_tokens: int = 2048  # and only while count x longest prompt fits: bounds the step others wait on
-    prefill_alone: bool = True  # new requests' prefill as a step of its own (the running ones sit it out)
     prefill_midstep: bool = True  # and run between the code predictor's sub-steps of the step in flight
     text_width: int = 4608  # text tokens per request (4096 characters of any script fit)
     # 80 ms of audio: the first chunk leaves after one step; sizes then double up to chunk_frames (1, 2, 4, 8, 8, …)

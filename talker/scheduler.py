@@ -77,11 +77,9 @@ class StepPlan:
 
 
 class Scheduler:
-    def __init__(self, max_batch: int, max_prefills: int, max_len: int, max_prefill_tokens: int = 2048,
-                 prefill_alone: bool = False) -> None:
+    def __init__(self, max_batch: int, max_prefills: int, max_len: int, max_prefill_tokens: int = 2048) -> None:
         self.max_batch, self.max_prefills, self.max_len = max_batch, max_prefills, max_len
         self.max_prefill_tokens = max_prefill_tokens
-        self.prefill_alone = prefill_alone  # new requests' first frame from a step of their own
         self.free_slots = list(range(max_batch - 1, -1, -1))
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
@@ -111,11 +109,10 @@ class Scheduler:
         if not (self.waiting and self.free_slots):
             return self._plan
         prefill = self._admit()
-        decode = self._plan.decode
-        if self.prefill_alone and decode:
-            self._skip(decode)
-            decode = []
-        return StepPlan(decode, prefill, self.version, (*decode, *prefill), self._plan.kv_offset)
+        # new requests' prefill is a step of its own: the running rows sit it out (their first frame is not a
+        # 32-row step's), and no step mixes prefill rows with decode rows
+        self._skip(self._plan.decode)
+        return StepPlan([], prefill, self.version, tuple(prefill), self._plan.kv_offset)
 
     def schedule_aside(self) -> StepPlan | None:
         """A prefill-only plan for the waiting requests, run inside the step in flight: they count as joining at

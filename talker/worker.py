@@ -72,11 +72,11 @@ FaultHook = Callable[[str, tuple[Seq, ...]], None]
 class TalkerWorker:
     def __init__(
         self, runner: Runner, device: DeviceLayer, max_batch: int, publisher: Publisher, eos_id: int,
-        max_prefills: int = 32, timing_ring: int = 4096, max_prefill_tokens: int = 2048, prefill_alone: bool = False,
+        max_prefills: int = 32, timing_ring: int = 4096, max_prefill_tokens: int = 2048,
         prefill_midstep: bool = False,
     ) -> None:
         self.runner, self.device, self.publisher, self.eos_id = runner, device, publisher, eos_id
-        self.scheduler = Scheduler(max_batch, max_prefills, runner.kv.max_len, max_prefill_tokens, prefill_alone)
+        self.scheduler = Scheduler(max_batch, max_prefills, runner.kv.max_len, max_prefill_tokens)
         self.inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self.timings = TimingRing(timing_ring)
         self.fault_hook: FaultHook | None = None  # test-only fault injection

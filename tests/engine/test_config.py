@@ -13,11 +13,11 @@ from engine.tuning import Tuning
 def test_environment_variables_are_parsed_by_the_fields_type(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TALKSTREAM_MAX_AHEAD_S", "2.5")
     monkeypatch.setenv("TALKSTREAM_OUTPUT_MODE", "sync")
-    monkeypatch.setenv("TALKSTREAM_TUNING", "worker_nice=0, codec_hold_s=0.01,prefill_alone=off")
+    monkeypatch.setenv("TALKSTREAM_TUNING", "worker_nice=0, codec_hold_s=0.01,prefill_midstep=off")
     cfg = EngineConfig.from_env(max_batch=4)
     assert (cfg.max_ahead_s, cfg.output_mode, cfg.max_batch) == (2.5, OutputMode.SYNC, 4)
     t = cfg.tuning
-    assert (t.worker_nice, t.codec_hold_s, t.prefill_alone, t.warmup) == (0, 0.01, False, True)
+    assert (t.worker_nice, t.codec_hold_s, t.prefill_midstep, t.warmup) == (0, 0.01, False, True)
 
 
 def test_a_tuning_knob_is_not_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:

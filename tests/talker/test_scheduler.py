@@ -25,7 +25,8 @@ def test_admission_respects_slots_and_prefill_limit() -> None:
     assert [q.request_id for q in plan.prefill] == ["r0", "r1"]
     s.commit(plan, 0)
     plan = s.schedule()
-    assert [q.request_id for q in plan.batch] == ["r0", "r1", "r2"]
+    assert [q.request_id for q in plan.batch] == ["r2"]  # a prefill step of its own: r0 and r1 sit it out
+    assert plan.decode == [] and [q.join_step for q in seqs[:2]] == [1, 1]
     s.commit(plan, 1)
     assert s.active == 3 and len(s.waiting) == 2 and not s.free_slots
     assert s.schedule().prefill == []
@@ -98,7 +99,7 @@ def test_one_prompt_over_the_budget_is_still_admitted_alone() -> None:
 
 
 def test_a_prefill_alone_step_is_sat_out_by_the_running_rows_without_losing_a_frame() -> None:
-    s = Scheduler(max_batch=2, max_prefills=2, max_len=100, prefill_alone=True)
+    s = Scheduler(max_batch=2, max_prefills=2, max_len=100)
     a, b = _seq(0, max_frames=4), _seq(1)
     s.add(a)
     _step(s, 0)
@@ -119,7 +120,7 @@ def test_a_prefill_alone_step_is_sat_out_by_the_running_rows_without_losing_a_fr
 
 
 def test_an_aside_prefill_joins_at_the_step_in_flight_and_moves_no_running_row() -> None:
-    s = Scheduler(max_batch=2, max_prefills=2, max_len=100, prefill_alone=True)
+    s = Scheduler(max_batch=2, max_prefills=2, max_len=100)
     a, b = _seq(0, max_frames=4), _seq(1, max_frames=2)
     s.add(a)
     _step(s, 0)
