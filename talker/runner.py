@@ -12,7 +12,7 @@ input is summed again from the same two parts, as the feedback would have summed
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -190,13 +190,7 @@ class Runner:
     # 2. sample codebook 0, then the residual codebooks
     def sample(self, plan: StepPlan, hidden: Tensor) -> Tensor:
         """hidden: [B, H] -> codes [B, G] (int32). The frame is fed back as the next step's input."""
-        stages = self.sample_stages(plan, hidden)
-        while True:
-            try:
-                next(stages)
-            except StopIteration as done:
-                codes: Tensor = done.value
-                return codes
+        return drive(self.sample_stages(plan, hidden))
 
     @torch.inference_mode()
     def sample_stages(self, plan: StepPlan, hidden: Tensor) -> Generator[None, None, Tensor]:
@@ -275,3 +269,15 @@ class Runner:
             use_penalty=any(p.repetition_penalty != 1.0 for p in ps),
         )
         return bt
+
+
+def drive(stages: Generator[None, None, Tensor], pause: Callable[[], None] | None = None) -> Tensor:
+    """Runs `sample_stages` to its codes, calling `pause` (if any) at each of its pauses."""
+    while True:
+        try:
+            next(stages)
+        except StopIteration as done:
+            codes: Tensor = done.value
+            return codes
+        if pause is not None:
+            pause()

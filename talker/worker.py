@@ -23,7 +23,7 @@ from typing import Protocol
 import torch
 
 from talker.device import DeviceLayer
-from talker.runner import Runner
+from talker.runner import Runner, drive
 from talker.scheduler import Scheduler, Seq, SeqStatus, StepPlan
 from talker.snapshot import Row, StepSnapshot, StepTiming, TimingRing
 
@@ -240,14 +240,7 @@ class TalkerWorker:
         an aside step: that one is itself a pause's)."""
         if not self._midstep or self.runner.in_aside:
             return self.runner.sample(plan, hidden)
-        stages = self.runner.sample_stages(plan, hidden)
-        while True:
-            try:
-                next(stages)
-            except StopIteration as done:
-                codes: torch.Tensor = done.value
-                return codes
-            self._between()
+        return drive(self.runner.sample_stages(plan, hidden), self._between)
 
     def _between(self) -> None:
         """Between the code predictor's sub-steps of the step in flight: take new requests and prefill them now. Not
