@@ -21,7 +21,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from engine import Engine, EngineConfig, EngineState
-from server import errors, routes_realtime, routes_speech, routes_voices
+from server import errors, routes_realtime, routes_speech, routes_voices, web_page
 from server.drain import DrainGate
 from server.limits import BodyLimit
 from server.metrics import CONTENT_TYPE, Metrics
@@ -68,6 +68,7 @@ def create_app(
     errors.install(app, lambda err: state.metrics.error(err.detail.type, err.detail.code))
     app.include_router(_public_router())
     _add_docs(app)
+    web_page.add_page(app)  # GET /: a page that speaks a text while it streams (server/web_page.py)
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
     v1.include_router(_listing_router())
     v1.include_router(routes_speech.router)

@@ -1,5 +1,6 @@
 """The wheel carries the native kernels, compiled when it is built (setup.py), and they load from a fresh install:
-nothing is compiled at run time, so a server image needs no compiler."""
+nothing is compiled at run time, so a server image needs no compiler. It also carries the web page's files
+(server/web/, package data), found where the installed server looks for them."""
 
 from __future__ import annotations
 
@@ -21,8 +22,13 @@ for lib in (codec.path, sampler.path):
     assert str(lib).startswith(sys.argv[1]), f"{lib} is not the installed one"
 x, w = torch.randn(1, 2, 40), torch.randn(3, 2, 3)
 assert torch.allclose(codec.conv(x, w, None, 1, None), torch.nn.functional.conv1d(x, w), atol=1e-5)
+from server.web_page import PAGE_DIR
+assert str(PAGE_DIR).startswith(sys.argv[1]), f"{PAGE_DIR} is not the installed one"
+for name in sys.argv[2:]:
+    assert (PAGE_DIR / name).is_file(), f"the installed page has no {name}"
 print("ok", codec.path.name, sampler.path.name)
 """
+PAGE_FILES = sorted(p.name for p in (ROOT / "server" / "web").iterdir())
 
 
 def source_tree(to: Path) -> Path:
@@ -43,6 +49,8 @@ def test_the_wheel_installs_with_every_kernel_built(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert any(n.startswith("output_builder/codecs/_kernels") and n.endswith(".so") for n in names), names
     assert any(n.startswith("talker/_sampler_kernel") and n.endswith(".so") for n in names), names
+    assert {"index.html", "app.js", "style.css"} <= set(PAGE_FILES)
+    assert {f"server/web/{name}" for name in PAGE_FILES} <= set(names), names
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
@@ -52,7 +60,7 @@ def test_the_wheel_installs_with_every_kernel_built(tmp_path: Path) -> None:
                           check=True, capture_output=True, text=True).stdout.strip()
     # the package from the fresh install; its dependencies (torch, ...) from this environment's site-packages
     env = {"PYTHONPATH": f"{site}:{sysconfig.get_paths()['purelib']}", "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([str(python), "-c", CHECK, site], cwd=tmp_path, env=env, capture_output=True, text=True,
+    done = subprocess.run([str(python), "-c", CHECK, site, *PAGE_FILES], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("ok")
