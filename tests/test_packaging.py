@@ -60,7 +60,7 @@ def test_the_wheel_installs_with_every_kernel_built(tmp_path: Path) -> None:
                           check=True, capture_output=True, text=True).stdout.strip()
     # the package from the fresh install; its dependencies (torch, ...) from this environment's site-packages
     env = {"PYTHONPATH": f"{site}:{sysconfig.get_paths()['purelib']}", "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([str(python), "-c", CHECK, site, *PAGE_FILES], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([str(python), "-c", CHECK, site, *PAGE_FILES], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("ok")
