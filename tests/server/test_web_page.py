@@ -162,13 +162,17 @@ def test_every_control_has_a_label_and_the_page_works_by_keyboard_without_the_wa
     page.get_by_label("Show the waveform").focus()
     page.keyboard.press("Space")
     expect(page.locator("#waveform")).to_be_hidden()
-    page.get_by_label("Seed").fill(str(SEED))
+    body = choose(page)
+    page.get_by_label("Speed").focus()
+    for _ in range(20):  # 0.05 a step
+        page.keyboard.press("ArrowRight")
+    expect(page.locator("#speed-value")).to_have_text("2.00×")
     page.get_by_label("API key").focus()
     page.keyboard.press("Tab")
     expect(page.get_by_role("button", name="Speak")).to_be_focused()  # the next stop after the last field
     page.keyboard.press("Enter")
     expect(result(page)).to_have_attribute("data-state", re.compile("received|done"))
-    assert figure(page, "samples") > 0
+    assert figure(page, "samples") == len(direct(live, {**body, "speed": 2})) // 2 > 0  # at the speed chosen
     page.get_by_label("Text").fill(LONG_TEXT)
     page.get_by_label("Text").press("Control+Enter")  # speaks from the text box
     expect(result(page)).to_have_attribute("data-samples", re.compile(r"^[1-9]"))
