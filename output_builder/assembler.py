@@ -43,9 +43,12 @@ class RequestOutput:
     closed: bool = False  # no more frames are accepted
     _in_segment: int = 0
     _pending: list[np.ndarray] = field(default_factory=list)
+    _heard_ahead: int = 0  # pending frames already heard through a look-ahead decode
 
-    def push(self, row: np.ndarray, segment: int = 0) -> ChunkJob | None:
-        """row: [G] codes of one frame of `segment`. Returns a chunk when one is ready."""
+    def push(self, row: np.ndarray, segment: int = 0, held: bool = False) -> ChunkJob | None:
+        """row: [G] codes of one frame of `segment`. Returns a chunk when one is ready. `held`: the request's text
+        ran out with this frame, so it makes no more frames until more text comes; the frames of the chunk being
+        filled are then heard at once, through a look-ahead decode (`_look_ahead`)."""
         if self.closed or segment != self.segment:
             return None
         if int(row[0]) == self.eos_id:
@@ -57,8 +60,26 @@ class RequestOutput:
             return self._close(FinishReason.MAX_FRAMES)
         if self._in_segment >= self.segment_frames and (job := self._end_segment(truncated=True)) is not None:
             return job
-        target = chunk_target(self.first_chunk, self.chunk, self.chunks)
-        return self._cut(None) if len(self._pending) >= target else None
+        if len(self._pending) >= self._target():
+            return self._cut(None)
+        return self._look_ahead() if held else None
+
+    def _target(self) -> int:
+        return chunk_target(self.first_chunk, self.chunk, self.chunks)
+
+    def _look_ahead(self) -> ChunkJob | None:
+        """The pending frames of a chunk not yet full, decoded now on a copy of the codec state (`peek`).
+
+        Each chunk is decoded at its full size (`ChunkJob.size`; a short one padded), and every layer of the codec
+        is causal, so a frame's samples depend only on the state, the frames up to it and that size: the samples
+        heard now are bit for bit those the whole chunk gives later, which then sends only the rest (`ahead`).
+        The audio is thus the same however the text's arrival made the request wait."""
+        if self.chunks == 0 or len(self._pending) <= self._heard_ahead:  # the first chunk opens the codec state
+            return None
+        codes = np.stack(self._pending, axis=1)  # [G, N]
+        job = ChunkJob(self, codes, None, size=self._target(), ahead=self._heard_ahead, peek=True)
+        self._heard_ahead = len(self._pending)
+        return job
 
     def _end_segment(self, truncated: bool) -> ChunkJob | None:
         """The last segment ends the stream; any other hands over to the next, whose frames join the pending."""
@@ -78,18 +99,20 @@ class RequestOutput:
 
     def _cut(self, final: FinishReason | None) -> ChunkJob:
         codes = np.stack(self._pending, axis=1) if self._pending else None  # [G, N]
-        self._pending = []
+        size, ahead = self._target(), self._heard_ahead
+        self._pending, self._heard_ahead = [], 0
         self.chunks += 1
         context = 0
         if self.chunks == 1 and self.context is not None and codes is not None:  # in-context cloning: the codec
             context = self.context.shape[1]  # hears the reference first, as the official decode does
             codes = np.concatenate([self.context.astype(codes.dtype), codes], axis=1)
-        return ChunkJob(self, codes, final, first=self.chunks == 1, context=context)
+        return ChunkJob(self, codes, final, first=self.chunks == 1, context=context, size=context + size,
+                        ahead=ahead)
 
     def abandon(self) -> None:
         """Cancelled or failed: accept no more frames."""
         self.closed = True
-        self._pending = []
+        self._pending, self._heard_ahead = [], 0
 
 
 def chunk_target(first: int, largest: int, index: int) -> int:
@@ -106,15 +129,26 @@ def chunk_target(first: int, largest: int, index: int) -> int:
 
 @dataclass(slots=True)
 class ChunkJob:
-    """Codes to decode for one request; `final` ends its stream once the audio is delivered."""
+    """Codes to decode for one request; `final` ends its stream once the audio is delivered.
+
+    The codec decodes `size` frames (`codes` padded with copies of its last frame: only a final chunk, or a look-ahead,
+    is short) and the request hears frames `context + ahead` to N of them."""
 
     out: RequestOutput
     codes: np.ndarray | None  # [G, N], None when a final chunk has no new frames
     final: FinishReason | None
     first: bool = False  # the request's first chunk: nothing of it has been decoded yet
     context: int = 0  # leading frames of `codes` that prime a new codec stream, unheard (output_builder/primed.py)
+    size: int = 0  # frames the codec decodes: the chunk's full size (0: N)
+    ahead: int = 0  # frames after `context` already heard through a look-ahead
+    peek: bool = False  # a look-ahead: decoded on a copy of the codec state, which goes on unchanged
 
     @property
     def frames(self) -> int:
         return 0 if self.codes is None else int(self.codes.shape[1])
+
+    @property
+    def heard(self) -> int:
+        """Frames of this job the request hears."""
+        return max(self.frames - self.context - self.ahead, 0)
 

@@ -18,7 +18,7 @@ FaultHook = Callable[[str, list[ChunkJob]], None]
 
 class DecodeBackend(Protocol):
     def decode(self, jobs: list[tuple[int, np.ndarray]], urgent: bool = False,
-               context: dict[int, int] | None = None) -> list[np.ndarray]: ...
+               context: dict[int, int] | None = None, peek: set[int] | None = None) -> list[np.ndarray]: ...
 
     def close_stream(self, sid: int) -> None: ...
 
@@ -33,9 +33,10 @@ class InProcessCodec:
         self._primed = PrimedStates()
 
     def decode(self, jobs: list[tuple[int, np.ndarray]], urgent: bool = False,
-               context: dict[int, int] | None = None) -> list[np.ndarray]:
+               context: dict[int, int] | None = None, peek: set[int] | None = None) -> list[np.ndarray]:
         closed, self._closed = self._closed, []
-        return decode_batch(self.codec, self._states, DecodeRequest(jobs, closed, context or {}), None, self._primed)
+        request = DecodeRequest(jobs, closed, context or {}, peek or set())
+        return decode_batch(self.codec, self._states, request, None, self._primed)
 
     def close_stream(self, sid: int) -> None:
         self._closed.append(sid)
@@ -57,10 +58,11 @@ class ChunkDecoder:
             self.open_streams.add(j.out.stream_id)
             if j.out.released:  # released on the loop meanwhile
                 self.open_streams.discard(j.out.stream_id)
-        pairs = [(j.out.stream_id, j.codes) for j in live if j.codes is not None]
+        pairs = [(j.out.stream_id, padded(j.codes, j.size)) for j in live if j.codes is not None]
         context = {j.out.stream_id: j.context for j in live if j.context}
-        pcm = self.backend.decode(pairs, urgent, context) if pairs else []
-        by_job = {id(j): a for j, a in zip(live, pcm, strict=True)}
+        peek = {j.out.stream_id for j in live if j.peek}
+        pcm = self.backend.decode(pairs, urgent, context, peek) if pairs else []
+        by_job = {id(j): heard(j, a) for j, a in zip(live, pcm, strict=True)}
         return [by_job.get(id(j)) for j in jobs]
 
     def release(self, out: RequestOutput) -> None:
@@ -68,3 +70,18 @@ class ChunkDecoder:
             out.released = True
             self.open_streams.discard(out.stream_id)
             self.backend.close_stream(out.stream_id)
+
+
+def padded(codes: np.ndarray, size: int) -> np.ndarray:
+    """codes [G, N] -> [G, max(N, size)], the last frame repeated: the codec decodes every chunk at its full size."""
+    short = size - codes.shape[1]
+    return codes if short <= 0 else np.concatenate([codes, np.repeat(codes[:, -1:], short, axis=1)], axis=1)
+
+
+def heard(job: ChunkJob, pcm: np.ndarray) -> np.ndarray:
+    """The samples of the job's frames the request has not heard: none of the padding, none heard ahead."""
+    decoded = max(job.size, job.frames) - job.context  # frames the codec returned samples for
+    if decoded <= 0 or (job.ahead == 0 and decoded == job.frames - job.context):
+        return pcm
+    per_frame = pcm.shape[-1] // decoded
+    return pcm[..., job.ahead * per_frame : (job.frames - job.context) * per_frame]

@@ -48,6 +48,7 @@ class DecodeRequest:
     jobs: list[tuple[int, np.ndarray]]  # (stream id, codes [G, N] int)
     closed: list[int] = field(default_factory=list)  # stream ids whose state can be dropped
     context: dict[int, int] = field(default_factory=dict)  # a new stream's leading frames that prime it, unheard
+    peek: set[int] = field(default_factory=set)  # streams decoded on a copy of their state, which stays as it was
 
 
 def to_pcm16(wave: np.ndarray) -> np.ndarray:
@@ -77,13 +78,15 @@ def decode_batch(
                 # on CUDA an out-of-range lookup is a device-side assert that ends the process: fail this call only
                 raise ValueError(f"codes outside the codebook [0, {size}) for stream {sid}")
             state, n = states.get(sid), req.context.get(sid, 0)
-            if state is None:
+            if state is not None and sid in req.peek:
+                state = state.copy()  # type: ignore[attr-defined]
+            elif state is None:
                 fresh = primed if primed is not None else Primed(0)  # an empty cache is falsy (__len__)
                 state = fresh.open(codec, codes[:, :n]) if n else codec.open_stream()  # type: ignore
                 codes = codes[:, n:]
                 if gone is not None and sid in gone:
                     del gone[sid]  # a late job of a closed stream: decoded, not kept
-                else:
+                elif sid not in req.peek:
                     states[sid] = state
             pairs.append((state, torch.from_numpy(np.ascontiguousarray(codes)).long()))
         waves = codec.decode_streams(pairs)  # type: ignore[attr-defined]
@@ -238,7 +241,7 @@ class CodecProcess:
         self._closed.append(sid)
 
     def decode(self, jobs: list[tuple[int, np.ndarray]], urgent: bool = False,
-               context: dict[int, int] | None = None) -> list[np.ndarray]:
+               context: dict[int, int] | None = None, peek: set[int] | None = None) -> list[np.ndarray]:
         """One call on a lane; one thread per lane at a time. Closed streams go with backlog calls, which are
         the ones that carry a stream's last chunk."""
         closed: list[int] = []
@@ -247,7 +250,7 @@ class CodecProcess:
         conn = self._urgent if urgent else self._conn
         with self._locks[urgent]:
             try:
-                conn.send(DecodeRequest(jobs, closed, context or {}))
+                conn.send(DecodeRequest(jobs, closed, context or {}, peek or set()))
                 status, payload = conn.recv()
             except (EOFError, OSError) as exc:
                 raise CodecProcessError(f"the codec process died: {exc!r}") from exc

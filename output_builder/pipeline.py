@@ -41,7 +41,7 @@ class OutputPipeline:
         jobs = []
         for row, (_, key, segment) in enumerate(snap.rows):
             out = self.outputs.get(key)  # gone: the request ended (a finished segment's Seq may still be stepped)
-            if out is not None and (job := out.push(codes[row], segment)) is not None:
+            if out is not None and (job := out.push(codes[row], segment, row in snap.held)) is not None:
                 jobs.append(job)
         snap.release()
         return jobs
@@ -68,7 +68,7 @@ class OutputPipeline:
         for job, audio in zip(jobs, pcm, strict=True):
             stream = job.out.stream
             if audio is not None:
-                stream.usage.frames += job.frames - job.context
+                stream.usage.frames += job.heard
                 stream.put(audio)
             if job.final is not None:
                 self.decoder.release(job.out)

@@ -229,8 +229,9 @@ class TalkerWorker:
 
     def _snapshot(self, plan: StepPlan, codes: torch.Tensor, timing: StepTiming) -> StepSnapshot:
         host, fence, buf = self.device.to_host(codes)
+        held = frozenset(row for row, seq in enumerate(plan.batch) if seq.starved)  # ran out at this step
         snap = StepSnapshot(self._step, rows_of(plan.batch), host, fence, buffer=buf, timing=timing,
-                            first_frames=bool(plan.prefill))
+                            first_frames=bool(plan.prefill), held=held)
         self._unretired.append((snap, plan.batch))
         timing.batch = len(plan.batch)
         return snap

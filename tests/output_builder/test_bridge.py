@@ -55,7 +55,7 @@ class Recorder:
         self._held = False
 
     def decode(self, jobs: list[tuple[int, np.ndarray]], urgent: bool = False,
-               context: dict[int, int] | None = None) -> list[np.ndarray]:
+               context: dict[int, int] | None = None, peek: set[int] | None = None) -> list[np.ndarray]:
         if self.gate is not None and urgent is self.gated and not self._held:
             self._held = True
             self.gate.wait(5.0)
