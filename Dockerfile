@@ -18,7 +18,9 @@ WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY talker ./talker
 COPY output_builder ./output_builder
+COPY engine ./engine
 COPY server ./server
+COPY benchmarks ./benchmarks
 RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation -w /wheels .
 
 FROM ${BASE}

@@ -4,10 +4,12 @@ nothing is compiled at run time, so a server image needs no compiler. It also ca
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -26,9 +28,21 @@ from server.web_page import PAGE_DIR
 assert str(PAGE_DIR).startswith(sys.argv[1]), f"{PAGE_DIR} is not the installed one"
 for name in sys.argv[2:]:
     assert (PAGE_DIR / name).is_file(), f"the installed page has no {name}"
+import benchmarks.serve, engine, server.app, server.cli  # every layer imports from the install
+assert engine.__file__.startswith(sys.argv[1]), engine.__file__
 print("ok", codec.path.name, sampler.path.name)
 """
 PAGE_FILES = sorted(p.name for p in (ROOT / "server" / "web").iterdir())
+
+
+def docker_copies() -> list[str]:
+    """The folders the Dockerfile's build stage copies (`COPY name ./name`)."""
+    return re.findall(r"^COPY (\w+) \./\1$", (ROOT / "Dockerfile").read_text(), flags=re.M)
+
+
+def test_the_image_builds_every_package_the_project_declares() -> None:
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    assert sorted(docker_copies()) == sorted(p.rstrip("*") for p in declared["include"])
 
 
 def source_tree(to: Path) -> Path:
@@ -36,7 +50,7 @@ def source_tree(to: Path) -> Path:
     to.mkdir()
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy2(ROOT / name, to / name)
-    for package in ("talker", "output_builder", "server"):
+    for package in docker_copies():
         shutil.copytree(ROOT / package, to / package, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     return to
 
