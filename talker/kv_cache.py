@@ -26,6 +26,7 @@ class SlotKVCache:
         self._slots: Tensor | None = None
         self._positions: Tensor | None = None
         self._mask: Tensor | None = None
+        self._span: slice | None = None
         self._kv_len = 0
 
     @property
@@ -41,12 +42,15 @@ class SlotKVCache:
         self._mode, self._slots = "prefill", slots
         return self
 
-    def for_decode(self, slots: Tensor, positions: Tensor, kv_len: int) -> SlotKVCache:
+    def for_decode(self, slots: Tensor, positions: Tensor, kv_len: int,
+                   span: tuple[int, int] | None = None) -> SlotKVCache:
         """Next forward writes one token per row at `positions` and attends to [0, position] of each row.
 
-        slots, positions: [B]; kv_len: host-known max(position) + 1.
+        slots, positions: [B]; kv_len: host-known max(position) + 1; span: (first, B) when the slots are
+        first, first + 1, ... (host-known): the rows' keys and values are then read as a view, not gathered.
         """
         self._mode, self._slots, self._positions, self._kv_len = "decode", slots, positions, kv_len
+        self._span = None if span is None else slice(span[0], span[0] + span[1])
         # mask: [B, 1, 1, kv_len]
         self._mask = (torch.arange(kv_len, device=positions.device) <= positions[:, None])[:, None, None, :]
         return self
@@ -63,6 +67,7 @@ class SlotKVCache:
         kl, vl = self.k[layer], self.v[layer]
         kl[self._slots, :, self._positions] = k[:, :, 0]
         vl[self._slots, :, self._positions] = v[:, :, 0]
-        keys = kl[self._slots, :, : self._kv_len]
-        values = vl[self._slots, :, : self._kv_len]
+        rows = self._slots if self._span is None else self._span  # a gather, or a view of consecutive slots
+        keys = kl[rows, :, : self._kv_len]
+        values = vl[rows, :, : self._kv_len]
         return sdpa(q, keys, values, mask=self._mask)

@@ -42,6 +42,7 @@ class BatchTensors:
     rows: dict[int, int]  # slot -> row
     slots: Tensor  # [B]
     decode_slots: Tensor  # [Bd]
+    decode_span: tuple[int, int] | None  # (first, count) when the decode slots are consecutive, in order
     talker: RowParams
     predictor: RowParams
     penalty: Tensor  # [B, 1]
@@ -118,7 +119,7 @@ class Runner:
             positions = self.lengths[slots]
             kv_len = plan.kv_offset + step
             x = self.next_embed[slots][:, None]
-            kv = self.kv.for_decode(slots, positions, kv_len)
+            kv = self.kv.for_decode(slots, positions, kv_len, bt.decode_span)
             rows.append(self.talker.backbone(x, positions[:, None], kv, kv_len - 1)[:, 0])
         if plan.prefill:
             rows.append(self._prefill(plan.prefill))
@@ -258,6 +259,7 @@ class Runner:
             rows={s.slot: i for i, s in enumerate(batch)},
             slots=torch.tensor([s.slot for s in batch], dtype=torch.long, device=dev),
             decode_slots=torch.tensor([s.slot for s in plan.decode], dtype=torch.long, device=dev),
+            decode_span=consecutive([s.slot for s in plan.decode]),
             talker=RowParams.stack(
                 [p.temperature for p in ps], [p.top_k for p in ps], [p.top_p for p in ps], seeds, vocab_t, dev
             ),
@@ -269,6 +271,13 @@ class Runner:
             use_penalty=any(p.repetition_penalty != 1.0 for p in ps),
         )
         return bt
+
+
+def consecutive(slots: list[int]) -> tuple[int, int] | None:
+    """(first, count) when `slots` are first, first + 1, ...: the rows' KV is then a view of the cache."""
+    if slots and slots == list(range(slots[0], slots[0] + len(slots))):
+        return slots[0], len(slots)
+    return None
 
 
 def drive(stages: Generator[None, None, Tensor], pause: Callable[[], None] | None = None) -> Tensor:
