@@ -77,7 +77,7 @@ class Int8Linear(nn.Module):
 
     def _cpu(self, rows: Tensor) -> Tensor:
         # rows: [M, K] float32 -> [M, N]
-        scale = rows.abs().amax(dim=1, keepdim=True).clamp_(min=1e-30)  # [M, 1]
+        scale = torch.linalg.vector_norm(rows, float("inf"), dim=1, keepdim=True).clamp_(min=1e-30)  # [M, 1]: max |x|
         unit = torch.cat((rows / scale, self._sentinel))  # [M + 1, K], every row within [-1, 1]
         out = torch.ops.quantized.linear_dynamic(unit, self._packed, True)  # [M + 1, N]
         return out[:-1].mul_(scale)
