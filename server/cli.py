@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from engine import EngineConfig, api_key_from_env, resolve_checkpoint
-from server import cli_voices
+from server import cli_ray, cli_voices
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 EXTENSIONS = {".wav": "wav", ".mp3": "mp3", ".opus": "opus", ".ogg": "opus", ".aac": "aac", ".flac": "flac",
@@ -44,6 +44,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", type=Path, default=None,
                        help="where created voices are kept (default: TALKSTREAM_DATA_DIR, else "
                             "$XDG_DATA_HOME/talkstream, else ~/.local/share/talkstream)")
+    cli_ray.add_flags(serve)
 
     say = sub.add_parser("say", help="synthesize TEXT into a file, streaming")
     say.add_argument("text")
@@ -153,6 +154,8 @@ def serve(args: argparse.Namespace) -> int:
             resolve_checkpoint(config.model, config.revision)  # unreachable Hub is one line, not an engine failing
     if args.codec_timeout is not None:
         configs = [c.tuned(codec_timeout_s=args.codec_timeout) for c in configs]
+    if args.ray:  # replicas on Ray Serve, behind its proxy (server/cli_ray.py)
+        return cli_ray.serve(args, configs, args.api_key or api_key_from_env(), origins)
     app = create_app(configs, args.api_key or api_key_from_env(), shutdown_timeout=args.shutdown_timeout,
                      exit_on_dead=True, cors_origins=origins, log_input=args.log_input, data_dir=args.data_dir)
     # the drain (SIGTERM) already let streams finish within --shutdown-timeout: uvicorn's own wait is a backstop

@@ -4,6 +4,7 @@ serve, and the argument parser."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import soundfile as sf
 import torch
 
 from engine.config import EngineConfig
-from server import cli
+from server import cli, cli_ray
 from server.http_protocol import default_max_connections
 from tests.server.audio import seconds
 from tests.server.conftest import LiveServer
@@ -199,3 +200,11 @@ def test_export_tiny_at_the_0_6b_size_writes_a_checkpoint_the_loader_takes(tmp_p
     assert written == expected
     assert sum(n for shape in written.values() for n in [int(np.prod(shape))]) > 400_000_000
     assert (out / "speech_tokenizer" / "config.json").is_file() and (out / "tokenizer.json").is_file()
+
+
+def test_serve_ray_without_ray_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ray is an optional extra: without it `serve --ray` says how to get it, and nothing else starts."""
+    for name in ("ray", "ray.serve", "server.ray_app"):  # as if not installed (None in sys.modules: ImportError)
+        monkeypatch.setitem(sys.modules, name, None)
+    assert cli.main(["serve", "--ray", "--replicas", "2"]) == 2
+    assert capsys.readouterr().err == f"talkstream: error: {cli_ray.MISSING}\n"
