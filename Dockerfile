@@ -4,6 +4,7 @@
 #                     --build-arg BASE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04 \
 #                     --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 .
 #                   docker run --gpus all -p 8000:8000 talkstream:cuda
+#   Ray Serve:      --build-arg EXTRAS=ray (README: Scaling out on Ray Serve; deploy/kuberay/rayservice.yaml)
 # A non-Python base (the CUDA one) gets Python from the distribution's packages. The first stage builds the wheel,
 # whose native CPU kernels (the codec's and the sampler's, setup.py) are compiled there; the image itself carries
 # no compiler.
@@ -32,15 +33,19 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PATH=/opt/venv/bin:$PATH \
     TALKSTREAM_CACHE_DIR=/var/cache/talkstream
 
-RUN if ! command -v python3 >/dev/null; then \
-        apt-get update && apt-get install -y --no-install-recommends python3 python3-venv \
-        && rm -rf /var/lib/apt/lists/*; \
+# EXTRAS=ray: the Ray Serve extra (talkstream serve --ray, deploy/kuberay), and wget, which KubeRay's probes call
+ARG EXTRAS=""
+RUN packages=""; \
+    command -v python3 >/dev/null || packages="python3 python3-venv"; \
+    [ -z "$EXTRAS" ] || packages="$packages wget"; \
+    if [ -n "$packages" ]; then \
+        apt-get update && apt-get install -y --no-install-recommends $packages && rm -rf /var/lib/apt/lists/*; \
     fi \
     && python3 -m venv "$VIRTUAL_ENV"
 
 COPY --from=wheel /wheels /wheels
 RUN pip install --index-url "$TORCH_INDEX" "torch==2.13.0" \
-    && pip install /wheels/*.whl && rm -rf /wheels \
+    && pip install "$(echo /wheels/*.whl)${EXTRAS:+[$EXTRAS]}" "torch==2.13.0" && rm -rf /wheels \
     && python3 -c "from output_builder.codecs.native import load_native; from talker.sampler_native import \
 load_sampling_kernel; assert load_native() and load_sampling_kernel(), 'the wheel has no native kernels'"
 

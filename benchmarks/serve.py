@@ -6,7 +6,9 @@ arrive; with 0 they start at once and, asking for the same text, stay in step: e
 of them all. It reports time to first audio byte p50/p99, the per-stream real-time factor (generation wall time
 over audio duration; below 1 is faster than real time), aggregate audio seconds per wall second (the wall time
 includes the staggered start) and failures.
-With --json the last printed line is the whole result as JSON.
+With --json the last printed line is the whole result as JSON. With --ray-replicas 1,2 it starts a Ray instance
+on this machine and runs the same levels against Talkstream on Ray Serve with each replica count in turn
+(benchmarks/serve_ray.py; the [ray] extra).
 """
 
 from __future__ import annotations
@@ -82,6 +84,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", default=None)
     p.add_argument("--stagger-ms", type=float, default=50.0,
                    help="stream k starts k x this after the level begins (0: all at once)")
+    p.add_argument("--ray-replicas", default=None,
+                   help="comma-separated replica counts: deploy each on Ray Serve here and load it (ignores --url)")
+    p.add_argument("--ray-cpus", type=float, default=1.0, help="logical CPUs each Ray replica reserves")
     p.add_argument("--json", action="store_true")
     return p
 
@@ -208,11 +213,17 @@ def report_line(r: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    out = asyncio.run(bench(args))
+    if args.ray_replicas:
+        from benchmarks.serve_ray import run
+
+        out = run(args, bench)
+        levels = [level for r in out["runs"] for level in r["levels"]]
+    else:
+        out = asyncio.run(bench(args))
+        levels = out["levels"]
     if args.json:
         print(json.dumps(out))
-    failures = sum(level["failures"] for level in out["levels"])
-    return 1 if failures else 0
+    return 1 if sum(level["failures"] for level in levels) else 0
 
 
 if __name__ == "__main__":
