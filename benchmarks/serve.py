@@ -87,6 +87,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ray-replicas", default=None,
                    help="comma-separated replica counts: deploy each on Ray Serve here and load it (ignores --url)")
     p.add_argument("--ray-cpus", type=float, default=1.0, help="logical CPUs each Ray replica reserves")
+    p.add_argument("--ray-gpus", type=float, default=0.0, help="GPUs each Ray replica gets (1: one device each)")
     p.add_argument("--json", action="store_true")
     return p
 

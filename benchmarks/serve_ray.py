@@ -3,7 +3,7 @@
 
 Each count is deployed, waited for (every replica's engine ready and reporting), loaded with the same levels as
 `bench serve`, then deleted before the next. The engines' settings come from TALKSTREAM_* variables (default:
-`tiny` on the CPU); each replica reserves `--ray-cpus` logical CPUs. Needs the [ray] extra.
+`tiny` on the CPU); each replica reserves `--ray-cpus` logical CPUs and `--ray-gpus` GPUs. Needs the [ray] extra.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def run(args: argparse.Namespace, bench: Callable[[argparse.Namespace], Coroutin
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         for n in counts:
-            options = ray_app.RayOptions(replicas=n, num_cpus=args.ray_cpus, api_key=args.api_key)
+            options = ray_app.RayOptions(replicas=n, num_cpus=args.ray_cpus, num_gpus=args.ray_gpus,
+                                         api_key=args.api_key)
             ray_app.deploy([config], options)
             args.url = f"http://127.0.0.1:{port}"
             _wait_for_replicas(args.url, n)

@@ -71,7 +71,8 @@ class RayOptions:
     # per proxy: requests waiting for a replica, those whose replica is being picked included, so it must take a
     # burst (Ray refuses past it, server/ray_app.py); default: one replica's admission limit
     max_queued_requests: int | None = None
-    health_period_s: float = 2.0  # how often Ray asks a replica whether its engine is alive
+    # how often Ray asks a replica whether its engine is alive; Ray stops it after 3 failed checks in a row
+    health_period_s: float = 1.0
     report_period_s: float = 1.0  # how often a replica tells the registry its health and metrics
     registry_app: str = REGISTRY_APP
     api_key: str | None = None

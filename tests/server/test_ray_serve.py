@@ -12,7 +12,9 @@ wait is a poll with a deadline that only bounds a failing test.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -175,6 +177,31 @@ def test_http_streams_through_the_proxy(cluster: Cluster) -> None:
             client.audio.speech.with_streaming_response.create(model="tts-1", voice="alloy", input=TEXT,
                                                                response_format="pcm", extra_body=SEEDED) as resp:
         assert b"".join(resp.iter_bytes()) == cluster.reference["http"]
+
+
+def test_server_sent_events_through_the_proxy(cluster: Cluster) -> None:
+    with httpx.stream("POST", cluster.url + "/v1/audio/speech", json={**speech(), "stream_format": "sse"},
+                      timeout=60) as resp:
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        events = [json.loads(line[len("data: "):]) for line in resp.iter_lines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "speech.audio.done" and events[-1]["status"] == "completed"
+    deltas = [base64.b64decode(e["audio"]) for e in events[:-1] if e["type"] == "speech.audio.delta"]
+    assert len(deltas) > 2 and b"".join(deltas) == cluster.reference["http"]
+
+
+def test_a_client_that_leaves_cancels_its_request(cluster: Cluster) -> None:
+    """Ray tells the replica when its client disconnects: the request ends `cancelled`, not at its end."""
+    def cancelled() -> dict[str, float]:
+        metrics = scrape(cluster.url + "/replicas")  # /replicas/metrics
+        return {r: metrics.get(f'talkstream_requests_total{{outcome="cancelled",protocol="http",replica="{r}"}}', 0)
+                for r in cluster.replicas()}
+
+    before = cancelled()
+    with httpx.stream("POST", cluster.url + "/v1/audio/speech", json=speech(LONG_TEXT), timeout=60) as resp:
+        replica = resp.headers[ray_app.REPLICA_HEADER]
+        next(resp.iter_raw())  # then the client leaves with ~45 s of audio still to come
+    wait_for(lambda: cancelled()[replica] > before[replica] and cluster.replicas()[replica]["streams"] == 0,
+             "the request to be cancelled")
 
 
 def test_realtime_through_the_proxy(cluster: Cluster) -> None:
