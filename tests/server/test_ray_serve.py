@@ -385,3 +385,36 @@ def test_serve_ray_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cli.main(["serve", "--ray", "--ray-address", "ray://head:10001", "--device", "cpu"]) == 0
     assert made["init"] == {"address": "ray://head:10001"} and "serve_shutdown" not in made  # not ours to stop
     assert made["options"].num_gpus == 0.0
+
+
+SCALED = "talkstream-scaled"
+
+
+def test_autoscaling_follows_in_flight_streams(cluster: Cluster, config: EngineConfig,
+                                               tmp_path_factory: pytest.TempPathFactory) -> None:
+    """An application of its own, 1 to 2 replicas for 2 streams each (Ray's delays cut to nothing): 6 responses
+    waiting for their text are 6 in-flight streams, which want 3 replicas, so it scales to its maximum, 2; once
+    they end, back to 1. End to end: each replica's `record_autoscaling_stats`, Ray's controller, `streams_policy`."""
+    options = ray_app.RayOptions(replicas=1, max_replicas=2, target_streams=2, shutdown_timeout=2.0,
+                                 data_dir=tmp_path_factory.mktemp("scaled-data"))
+    settings = ray_app.deployment_settings([config], options)
+    settings["autoscaling_config"].update(upscale_delay_s=0, downscale_delay_s=0)
+
+    def running() -> int:
+        states = serve.status().applications[SCALED].deployments[ray_app.DEPLOYMENT].replica_states
+        return int(states.get("RUNNING", 0))
+
+    serve.run(ray_app._deployment(ray_app.Replica).options(**settings).bind([config], options), name=SCALED,
+              route_prefix="/scaled")
+    try:
+        assert running() == 1
+        with contextlib.ExitStack() as stack:
+            for _ in range(6):
+                ws = stack.enter_context(open_session(cluster.ws_url.replace("/v1/", "/scaled/v1/"),
+                                                      text_streaming=True))
+                send(ws, "input_text_buffer.append", text="Hello there, ")
+                first_delta(ws)  # in flight until its text ends
+            wait_for(lambda: running() == 2, "a second replica")
+        wait_for(lambda: running() == 1, "the scale-down")
+    finally:
+        serve.delete(SCALED)
