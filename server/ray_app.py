@@ -57,6 +57,7 @@ DEPLOYMENT, REGISTRY = "Talkstream", "TalkstreamRegistry"
 REPLICA_HEADER = "x-talkstream-replica"
 STREAMS_METRIC = "streams"  # the custom autoscaling metric: a replica's in-flight engine streams
 DEAD_POLL_S = 0.2
+REPORT_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -195,8 +196,8 @@ class Replica:
             await asyncio.sleep(self.options.report_period_s)
 
     async def _report(self, view: dict[str, Any] | None) -> None:
-        try:
-            await self.registry.report.remote(self.replica, view)
+        try:  # bounded: a call to a registry that is gone may wait for one to appear (a replica stopping last)
+            await asyncio.wait_for(self.registry.report.remote(self.replica, view), REPORT_TIMEOUT_S)
             self._unreported = False
         except Exception as exc:  # the registry is starting, being replaced, or not deployed: try next period
             if not self._unreported:

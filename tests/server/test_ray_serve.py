@@ -22,7 +22,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -392,13 +392,16 @@ SCALED = "talkstream-scaled"
 
 def test_autoscaling_follows_in_flight_streams(cluster: Cluster, config: EngineConfig,
                                                tmp_path_factory: pytest.TempPathFactory) -> None:
-    """An application of its own, 1 to 2 replicas for 2 streams each (Ray's delays cut to nothing): 6 responses
-    waiting for their text are 6 in-flight streams, which want 3 replicas, so it scales to its maximum, 2; once
-    they end, back to 1. End to end: each replica's `record_autoscaling_stats`, Ray's controller, `streams_policy`."""
-    options = ray_app.RayOptions(replicas=1, max_replicas=2, target_streams=2, shutdown_timeout=2.0,
+    """An application of its own, 1 to 2 replicas for 1 stream each (Ray's delays cut to nothing): 4 responses
+    waiting for their text (one per Talker slot; their text never times out here) are 4 in-flight streams, which
+    want 4 replicas, so it scales to its maximum, 2; once they end, back to 1. End to end: each replica's
+    `record_autoscaling_stats`, Ray's controller, `streams_policy`."""
+    config = replace(config, text_timeout_s=DEADLINE_S)
+    options = ray_app.RayOptions(replicas=1, max_replicas=2, target_streams=1, shutdown_timeout=2.0,
                                  data_dir=tmp_path_factory.mktemp("scaled-data"))
     settings = ray_app.deployment_settings([config], options)
-    settings["autoscaling_config"].update(upscale_delay_s=0, downscale_delay_s=0)
+    # a shorter look-back than Ray's 30 s default; Ray warns at 10 s or less (its metrics interval)
+    settings["autoscaling_config"].update(upscale_delay_s=0, downscale_delay_s=0, look_back_period_s=11)
 
     def running() -> int:
         states = serve.status().applications[SCALED].deployments[ray_app.DEPLOYMENT].replica_states
@@ -409,7 +412,7 @@ def test_autoscaling_follows_in_flight_streams(cluster: Cluster, config: EngineC
     try:
         assert running() == 1
         with contextlib.ExitStack() as stack:
-            for _ in range(6):
+            for _ in range(MAX_BATCH):
                 ws = stack.enter_context(open_session(cluster.ws_url.replace("/v1/", "/scaled/v1/"),
                                                       text_streaming=True))
                 send(ws, "input_text_buffer.append", text="Hello there, ")
