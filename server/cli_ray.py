@@ -9,11 +9,11 @@ one-line error and nothing else changes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
 import threading
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from engine import EngineConfig
@@ -54,19 +54,24 @@ def serve(args: argparse.Namespace, configs: list[EngineConfig], api_key: str | 
         ray.init(address=address)
     else:  # this machine's own instance: no dashboard (a web server of its own, on another port)
         ray.init(include_dashboard=False)
+    # SIGTERM as SIGINT: either stops the deployment (or its wait), then the applications are deleted. Set after
+    # ray.init, whose crash handler takes SIGTERM for itself (it logs, then aborts the process).
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         options = ray_options(args, configs, api_key, ray.cluster_resources().get("GPU", 0) > 0, cors_origins)
         ray_serve.start(http_options={"host": args.host, "port": args.port})
-        ray_app.deploy(configs, options)
-        logging.getLogger("talkstream.ray").info(
-            "serving %d replica(s) on http://%s:%d (Ctrl-C to stop)", options.replicas, args.host, args.port)
-        _wait_for_a_signal()
+        with contextlib.suppress(KeyboardInterrupt):
+            ray_app.deploy(configs, options)
+            logging.getLogger("talkstream.ray").info(
+                "serving %d replica(s) on http://%s:%d (Ctrl-C to stop)", options.replicas, args.host, args.port)
+            _wait_for_a_signal()
         for name in (ray_app.APP_NAME, options.registry_app):  # in flight: up to --shutdown-timeout to finish
             ray_serve.delete(name)
     finally:
         if address is None:
             ray_serve.shutdown()
         ray.shutdown()
+        signal.signal(signal.SIGTERM, previous)
     return 0
 
 
@@ -85,12 +90,5 @@ def ray_options(args: argparse.Namespace, configs: list[EngineConfig], api_key: 
 
 
 def _wait_for_a_signal() -> None:
-    stop = threading.Event()
-
-    def handle(sig: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, handle)
-    while not stop.wait(1.0):
-        pass
+    """Until SIGINT or SIGTERM (KeyboardInterrupt, both)."""
+    threading.Event().wait()
