@@ -300,7 +300,9 @@ def test_a_dead_engine_fails_its_streams_and_ray_replaces_its_replica(cluster: C
         assert done["status"] == "failed" and error["code"] in ("output_error", "engine_unavailable"), done
         with pytest.raises(ConnectionClosed) as closed:  # then the replica drains: reconnect elsewhere
             recv(held)
-        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+        # 1012 when its drain (2 s after the death) closes the session first; Ray stops the replica after three
+        # failed health checks (about 3 s), and on a loaded machine that can come first: the socket then just ends
+        assert closed.value.rcvd is None or closed.value.rcvd.code == 1012, closed.value
         for rest, first in survivors:  # the other replica's streams go on to their end
             survived.append(first + b"".join(rest))
     # Ray sees the health check fail, takes the replica out of routing, stops it (its last report is its
