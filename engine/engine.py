@@ -77,7 +77,8 @@ class Engine:
         if cfg.output_mode is OutputMode.ASYNC:
             self._bridge = AsyncBridge(self._loop, self.pipeline, self._codec_pool, self._abort,
                                        codec_timeout_s=cfg.tuning.codec_timeout_s, first_due=self._first_due,
-                                       hold_s=cfg.tuning.codec_hold_s)
+                                       hold_s=cfg.tuning.codec_hold_s,
+                                       look_ahead_lead_s=cfg.tuning.look_ahead_lead_s)
         else:
             self._bridge = SyncBridge(self._loop, self.pipeline, self._abort, cfg.tuning.codec_timeout_s)
         t = loaded.talker.cfg.talker

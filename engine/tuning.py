@@ -24,6 +24,9 @@ class Tuning:
     # frames per backlog codec call; first chunks go on a lane of their own, served between a backlog call's stages
     codec_batch_frames: int = 64
     codec_hold_s: float = 0.02  # a backlog codec call waits up to this long while a first chunk is due
+    # a request waiting for text has its pending frames decoded ahead once its client has this much audio or less
+    # left to play (output_builder/pipeline.py `look_aheads`): codec time, and a client's margin for its delivery
+    look_ahead_lead_s: float = 0.25
     codec_timeout_s: float = 30.0  # a codec call that takes longer fails its requests and kills the engine
     # torch threads per worker; 0: from the model's size and the cores (talker/device.py: one each for `tiny`; at
     # real sizes a quarter of the cores for the codec, the rest for the Talker; both for the Talker on 2 cores)
@@ -41,8 +44,8 @@ class Tuning:
                 raise ValueError(f"{name} must be >= 1")
         if self.torch_threads < 0:
             raise ValueError("torch_threads must be >= 0")
-        if self.codec_timeout_s <= 0 or self.codec_hold_s < 0:
-            raise ValueError("codec_timeout_s must be > 0 and codec_hold_s >= 0")
+        if self.codec_timeout_s <= 0 or self.codec_hold_s < 0 or self.look_ahead_lead_s < 0:
+            raise ValueError("codec_timeout_s must be > 0, codec_hold_s and look_ahead_lead_s >= 0")
         if not 0 <= self.worker_nice <= 19:
             raise ValueError("worker_nice must be in [0, 19]")
         return self

@@ -44,13 +44,15 @@ class RequestOutput:
     _in_segment: int = 0
     _pending: list[np.ndarray] = field(default_factory=list)
     _heard_ahead: int = 0  # pending frames already heard through a look-ahead decode
+    waiting: bool = False  # its last frame used the last of its text so far: no frame comes until more text does
 
     def push(self, row: np.ndarray, segment: int = 0, held: bool = False) -> ChunkJob | None:
         """row: [G] codes of one frame of `segment`. Returns a chunk when one is ready. `held`: the request's text
-        ran out with this frame, so it makes no more frames until more text comes; the frames of the chunk being
-        filled are then heard at once, through a look-ahead decode (`_look_ahead`)."""
+        ran out with this frame, so it makes no more frames until more text comes (`waiting`); the output side
+        then has the frames of the chunk being filled heard through `look_ahead`."""
         if self.closed or segment != self.segment:
             return None
+        self.waiting = held
         if int(row[0]) == self.eos_id:
             return self._end_segment(truncated=False)
         self._pending.append(row)
@@ -60,22 +62,21 @@ class RequestOutput:
             return self._close(FinishReason.MAX_FRAMES)
         if self._in_segment >= self.segment_frames and (job := self._end_segment(truncated=True)) is not None:
             return job
-        if len(self._pending) >= self._target():
-            return self._cut(None)
-        return self._look_ahead() if held else None
+        return self._cut(None) if len(self._pending) >= self._target() else None
 
     def _target(self) -> int:
         return chunk_target(self.first_chunk, self.chunk, self.chunks)
 
-    def _look_ahead(self) -> ChunkJob | None:
-        """The pending frames of a chunk not yet full, decoded now on a copy of the codec state (`peek`).
+    def look_ahead(self) -> ChunkJob | None:
+        """While the request waits for text: the pending frames of a chunk not yet full, decoded now on a copy of
+        the codec state (`peek`); None when there is nothing new to hear.
 
         Each chunk is decoded at its full size (`ChunkJob.size`; a short one padded), and every layer of the codec
         is causal, so a frame's samples depend only on the state, the frames up to it and that size: the samples
         heard now are bit for bit those the whole chunk gives later, which then sends only the rest (`ahead`).
         The audio is thus the same however the text's arrival made the request wait."""
-        if self.chunks == 0 or len(self._pending) <= self._heard_ahead:  # the first chunk opens the codec state
-            return None
+        if not self.waiting or self.closed or self.chunks == 0 or len(self._pending) <= self._heard_ahead:
+            return None  # (the first chunk opens the codec state)
         codes = np.stack(self._pending, axis=1)  # [G, N]
         job = ChunkJob(self, codes, None, size=self._target(), ahead=self._heard_ahead, peek=True)
         self._heard_ahead = len(self._pending)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -51,10 +52,12 @@ class AsyncBridge:
     def __init__(
         self, loop: asyncio.AbstractEventLoop, pipeline: OutputPipeline, codec_pool: ThreadPoolExecutor,
         on_abort: Callable[[str], None], poll_s: float = 0.002, idle_polls: int = 50, codec_timeout_s: float = 30.0,
-        first_due: Callable[[], bool] | None = None, hold_s: float = 0.0,
+        first_due: Callable[[], bool] | None = None, hold_s: float = 0.0, look_ahead_lead_s: float = 0.0,
     ) -> None:
         self.loop, self.pipeline, self.pool, self.on_abort = loop, pipeline, codec_pool, on_abort
         self.first_due, self.hold_s = first_due, hold_s
+        self.lead_s = look_ahead_lead_s
+        self._look_timer: asyncio.TimerHandle | None = None
         self.codec_timeout_s = codec_timeout_s
         self.poll_s, self.idle_polls = poll_s, idle_polls
         self._ready: deque[StepSnapshot | None] = deque()
@@ -82,6 +85,8 @@ class AsyncBridge:
                        self.loop.create_task(self._lane(urgent=False), name="output-backlog")}
 
     async def stop(self) -> None:
+        if self._look_timer is not None:
+            self._look_timer.cancel()
         self._ready.append(None)
         self._parked = False
         self._wakeup.set()
@@ -146,8 +151,6 @@ class AsyncBridge:
         if not snap.fence.done():
             await asyncio.to_thread(snap.fence.wait)
         jobs = self.pipeline.route(snap)
-        if not jobs:
-            return
         self.pipeline.jobs_in_flight += len(jobs)
         for urgent, call in self.pipeline.batches(jobs):
             if urgent:
@@ -155,8 +158,26 @@ class AsyncBridge:
                 self._urgent.append(call)
                 self._urgent_ready.set()
             else:
-                self._calls.append(call)
-                self._calls_ready.set()
+                self._backlog(call)
+        if self.pipeline.waiting:
+            self._look_ahead()
+
+    def _backlog(self, call: list[ChunkJob]) -> None:
+        self._calls.append(call)
+        self._calls_ready.set()
+
+    def _look_ahead(self) -> None:
+        """The due look-aheads of requests waiting for text, in a backlog call of their own (so the other streams'
+        calls are what they would be without them); a timer for the next one due."""
+        if self._look_timer is not None:
+            self._look_timer.cancel()
+            self._look_timer = None
+        jobs, later = self.pipeline.look_aheads(time.monotonic(), self.lead_s)
+        if jobs:
+            self.pipeline.jobs_in_flight += len(jobs)
+            self._backlog(jobs)
+        if later is not None:
+            self._look_timer = self.loop.call_later(later, self._look_ahead)
 
     async def _lane(self, urgent: bool) -> None:
         """One codec lane: its calls one at a time, in order. The backlog lane also waits out the first chunks

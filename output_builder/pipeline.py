@@ -4,6 +4,7 @@ delivered to each request's stream."""
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Hashable
 
 import numpy as np
@@ -29,6 +30,7 @@ class OutputPipeline:
         self.tap: Callable[[StepSnapshot, np.ndarray], None] | None = None  # benchmarks: each step's codes
         # every request's output by the key its worker Seqs carry (`Seq.sink`): rows cross the bridge as keys
         self.outputs: dict[Hashable, RequestOutput] = {}
+        self.waiting: dict[int, RequestOutput] = {}  # by stream id: waiting for text with frames not yet heard
 
     def route(self, snap: StepSnapshot) -> list[ChunkJob]:
         """Rows of a resolved snapshot → ready chunks (in batch order)."""
@@ -41,10 +43,34 @@ class OutputPipeline:
         jobs = []
         for row, (_, key, segment) in enumerate(snap.rows):
             out = self.outputs.get(key)  # gone: the request ended (a finished segment's Seq may still be stepped)
-            if out is not None and (job := out.push(codes[row], segment, row in snap.held)) is not None:
+            if out is None:
+                continue
+            if (job := out.push(codes[row], segment, row in snap.held)) is not None:
                 jobs.append(job)
+            if out.waiting:
+                self.waiting[out.stream_id] = out
         snap.release()
         return jobs
+
+    def look_aheads(self, now: float, lead_s: float) -> tuple[list[ChunkJob], float | None]:
+        """The waiting requests' look-aheads that are due: those whose client has `lead_s` or less of audio left to
+        play (estimated from the audio sent since its first, as if played from then on). Returns them and, if
+        others are not due yet, the seconds until the first of them is.
+
+        Doing it only then keeps a look-ahead's codec work (a whole chunk's) for the clients that need it: a
+        client with audio to spare gets these frames with their chunk, if the text resumes in time."""
+        jobs: list[ChunkJob] = []
+        later: float | None = None
+        for sid, out in list(self.waiting.items()):
+            left = lead_s if out.stream.first_audio_at is None else \
+                out.stream.usage.audio_seconds - (now - out.stream.first_audio_at)
+            if out.waiting and left > lead_s:
+                later = min(later or math.inf, left - lead_s)
+                continue
+            del self.waiting[sid]
+            if (job := out.look_ahead()) is not None:
+                jobs.append(job)
+        return jobs, later
 
     def batches(self, jobs: list[ChunkJob]) -> list[tuple[bool, list[ChunkJob]]]:
         """A step's chunks → codec calls as (urgent, jobs): the new requests' first chunks in one urgent call, then
@@ -73,6 +99,7 @@ class OutputPipeline:
             if job.final is not None:
                 self.decoder.release(job.out)
                 self.outputs.pop(job.out.stream_id, None)
+                self.waiting.pop(job.out.stream_id, None)
                 stream.finish(job.final)
 
     def fail_jobs(self, jobs: list[ChunkJob], exc: BaseException, on_abort: Callable[[str], None]) -> None:
@@ -100,3 +127,4 @@ class OutputPipeline:
         out.abandon()
         self.decoder.release(out)
         self.outputs.pop(out.stream_id, None)
+        self.waiting.pop(out.stream_id, None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -38,10 +39,12 @@ class SyncBridge:
             return
         snap.fence.wait()
         jobs = self.pipeline.route(snap)
-        if not jobs:
-            return
         for _, call in self.pipeline.batches(jobs):
             self._decode(call)
+        if self.pipeline.waiting:  # no timers here: every look-ahead now, in a call of its own
+            ahead, _ = self.pipeline.look_aheads(time.monotonic(), math.inf)
+            if ahead:
+                self._decode(ahead)
 
     def _decode(self, jobs: list[ChunkJob]) -> None:
         self._decoding = (time.monotonic(), jobs)

@@ -25,7 +25,9 @@ def play(codec: Qwen12HzCodec, frames: np.ndarray, held: list[bool]) -> tuple[by
     out = RequestOutput("r", AudioStream("r", 24000, 8.0, lambda rid: None, lambda rid, paused: None), 1000, EOS,
                         1, 8)
     audio, heard = [], 0
-    jobs: list[ChunkJob | None] = [out.push(frames[:, i], held=held[i]) for i in range(frames.shape[1])]
+    jobs: list[ChunkJob | None] = []
+    for i in range(frames.shape[1]):
+        jobs += [out.push(frames[:, i], held=held[i]), out.look_ahead()]
     jobs.append(out.push(np.full(frames.shape[0], EOS)))
     for job in jobs:
         if job is not None and job.codes is not None:
