@@ -53,22 +53,22 @@ class OutputPipeline:
         return jobs
 
     def look_aheads(self, now: float, lead_s: float) -> tuple[list[ChunkJob], float | None]:
-        """The waiting requests' look-aheads that are due: those whose client has `lead_s` or less of audio left to
-        play (estimated from the audio sent since its first, as if played from then on). Returns them and, if
-        others are not due yet, the seconds until the first of them is.
+        """The waiting requests' look-aheads that are due: those whose client is still playing and has `lead_s` or
+        less of audio left (`AudioStream.plays_until`). Returns them and, if others are not due yet, the seconds
+        until the first of them is.
 
-        Doing it only then keeps a look-ahead's codec work (a whole chunk's) for the clients that need it: a
-        client with audio to spare gets these frames with their chunk, if the text resumes in time."""
+        A look-ahead costs the codec a whole chunk, so it is spent where it keeps speech going: a client with audio
+        to spare gets these frames with their chunk if the text resumes in time, and one that has already run out
+        (its text comes slower than speech) waits for the text anyway and gets them with their chunk."""
         jobs: list[ChunkJob] = []
         later: float | None = None
         for sid, out in list(self.waiting.items()):
-            left = lead_s if out.stream.first_audio_at is None else \
-                out.stream.usage.audio_seconds - (now - out.stream.first_audio_at)
+            left = out.stream.plays_until - now
             if out.waiting and left > lead_s:
                 later = min(later or math.inf, left - lead_s)
                 continue
             del self.waiting[sid]
-            if (job := out.look_ahead()) is not None:
+            if left > 0 and (job := out.look_ahead()) is not None:
                 jobs.append(job)
         return jobs, later
 

@@ -43,6 +43,7 @@ class AudioStream:
         self.error: BaseException | None = None
         self.created = time.monotonic()
         self.first_audio_at: float | None = None
+        self.plays_until = 0.0  # monotonic time at which a client playing since its first audio runs out
         self.last_read = self.created
         self._chunks: deque[np.ndarray] = deque()
         self._buffered = 0
@@ -55,8 +56,11 @@ class AudioStream:
     def put(self, pcm: np.ndarray) -> None:
         if self.finish_reason is not None or pcm.size == 0:
             return
+        now = time.monotonic()
         if self.first_audio_at is None:
-            self.first_audio_at = time.monotonic()
+            self.first_audio_at = now
+        # a player that plays whatever it has, from the first audio on, and waits when it runs out: it ends here
+        self.plays_until = max(self.plays_until, now) + pcm.size / self.sample_rate
         self._chunks.append(pcm)
         self._buffered += pcm.size
         self.usage.samples += pcm.size

@@ -129,18 +129,26 @@ async def test_a_request_waits_for_text_without_steps_and_resumes(engine: Engine
     assert stepped - 1 <= text_tokens(handle) + 1
 
 
-async def test_a_waiting_request_has_sent_every_frame_it_made(engine: Engine) -> None:
-    """Frames made before the text ran out are heard while the request waits, not when its chunk fills later (a
-    player would run dry meanwhile). Each wait happens part way into a chunk (chunks of 1, 2, 4, 8, 8… frames)."""
-    handle = engine.submit(StreamingSpeechRequest(text="Hi", seed=4))
-    for piece in [" there", ", how", " are", " you", " doing", " today?"]:
-        await caught_up(engine, handle)
-        await wait_until(lambda: handle.stream.usage.frames == frames(engine, handle))
-        handle.append(piece)
-    handle.finish()
-    audio = await collect(handle.stream)
-    assert handle.stream.finish_reason is FinishReason.EOS
-    assert len(audio) == handle.stream.usage.frames * 1920 * 2
+async def test_a_waiting_request_has_sent_every_frame_it_made(engine_config: EngineConfig) -> None:
+    """Frames made before the text ran out are heard while the request waits, not when its chunk fills later (its
+    client, still playing, would run dry meanwhile). Each wait happens part way into a chunk (chunks of 1, 2, 4, 8,
+    8… frames). The opening gives the client seconds of audio, so it is still playing at every wait; the lead is
+    longer than that, so each look-ahead is due at once."""
+    engine = Engine(engine_config.tuned(look_ahead_lead_s=600.0))
+    await engine.start()
+    try:
+        handle = engine.submit(StreamingSpeechRequest(text="An opening long enough to play for a while: " * 3, seed=4))
+        for piece in [" there", ", how", " are", " you", " doing", " today?"]:
+            await caught_up(engine, handle)
+            await wait_until(lambda: handle.stream.usage.frames == frames(engine, handle))
+            assert handle.stream.plays_until > time.monotonic(), "the client ran out: the test's premise failed"
+            handle.append(piece)
+        handle.finish()
+        audio = await collect(handle.stream)
+        assert handle.stream.finish_reason is FinishReason.EOS
+        assert len(audio) == handle.stream.usage.frames * 1920 * 2
+    finally:
+        await engine.stop()
 
 
 async def test_cancel_while_waiting_frees_everything(engine: Engine) -> None:

@@ -26,8 +26,7 @@ def waiting_output(pipe: OutputPipeline) -> RequestOutput:
 def test_a_look_ahead_is_due_when_the_client_is_about_to_run_out() -> None:
     pipe = OutputPipeline(ChunkDecoder(None), lambda exc: None)  # type: ignore[arg-type]  # decodes nothing here
     out = waiting_output(pipe)
-    out.stream.first_audio_at = 100.0
-    out.stream.usage.samples = 24000  # 1 s of audio sent since t = 100 s
+    out.stream.plays_until = 101.0  # a client playing since its first audio runs out then
     jobs, later = pipe.look_aheads(100.5, LEAD_S)  # 0.5 s left to play: not yet, in 0.25 s
     assert jobs == [] and later is not None and abs(later - 0.25) < 1e-9 and out.stream_id in pipe.waiting
     jobs, later = pipe.look_aheads(100.75, LEAD_S)
@@ -41,8 +40,20 @@ def test_no_look_ahead_once_the_text_came_back() -> None:
     assert pipe.look_aheads(0.0, LEAD_S) == ([], None) and not pipe.waiting
 
 
-def test_without_audio_sent_it_is_due_at_once() -> None:
+def test_a_client_that_ran_out_gets_its_frames_with_their_chunk() -> None:
+    """Its text comes slower than speech: it waits for the text anyway, and a look-ahead would cost the codec a
+    whole chunk for it."""
     pipe = OutputPipeline(ChunkDecoder(None), lambda exc: None)  # type: ignore[arg-type]
-    waiting_output(pipe)
-    jobs, later = pipe.look_aheads(0.0, LEAD_S)
-    assert len(jobs) == 1 and later is None
+    out = waiting_output(pipe)
+    out.stream.plays_until = 100.0
+    assert pipe.look_aheads(100.1, LEAD_S) == ([], None) and not pipe.waiting
+    assert out.look_ahead() is not None  # the frames were there to hear
+
+
+def test_every_delivery_extends_the_play_of_a_client_that_plays_what_it_has() -> None:
+    stream = AudioStream("r", 24000, 8.0, lambda rid: None, lambda rid, paused: None)
+    stream.put(np.zeros(24000, np.int16))  # 1 s, at once
+    first = stream.plays_until
+    assert first - 1.0 == stream.first_audio_at
+    stream.put(np.zeros(12000, np.int16))  # while it plays: queued after it
+    assert stream.plays_until == first + 0.5
