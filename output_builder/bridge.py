@@ -28,6 +28,9 @@ from talker.snapshot import StepSnapshot
 
 log = logging.getLogger("talkstream.output")
 STOP_TIMEOUT_S = 5.0
+# look-aheads are issued at most this often, those due by then in one codec call: a call's fixed cost is a good part
+# of a small chunk's (tiny: 2.5 ms for 1 frame, 4.7 ms for 8), and the lead (0.25 s) leaves room for the wait
+LOOK_AHEAD_TICK_S = 0.05
 
 
 class CodecTimeoutError(CodecProcessError):
@@ -159,8 +162,8 @@ class AsyncBridge:
                 self._urgent_ready.set()
             else:
                 self._backlog(call)
-        if self.pipeline.waiting:
-            self._look_ahead()
+        if self.pipeline.waiting and self._look_timer is None:  # a tick away: the look-aheads due by then share a call
+            self._look_timer = self.loop.call_later(LOOK_AHEAD_TICK_S, self._look_ahead)
 
     def _backlog(self, call: list[ChunkJob]) -> None:
         self._calls.append(call)
@@ -169,15 +172,13 @@ class AsyncBridge:
     def _look_ahead(self) -> None:
         """The due look-aheads of requests waiting for text, in a backlog call of their own (so the other streams'
         calls are what they would be without them); a timer for the next one due."""
-        if self._look_timer is not None:
-            self._look_timer.cancel()
-            self._look_timer = None
+        self._look_timer = None
         jobs, later = self.pipeline.look_aheads(time.monotonic(), self.lead_s)
         if jobs:
             self.pipeline.jobs_in_flight += len(jobs)
             self._backlog(jobs)
         if later is not None:
-            self._look_timer = self.loop.call_later(later, self._look_ahead)
+            self._look_timer = self.loop.call_later(max(later, LOOK_AHEAD_TICK_S), self._look_ahead)
 
     async def _lane(self, urgent: bool) -> None:
         """One codec lane: its calls one at a time, in order. The backlog lane also waits out the first chunks
