@@ -45,7 +45,7 @@ class OutputPipeline:
             out = self.outputs.get(key)  # gone: the request ended (a finished segment's Seq may still be stepped)
             if out is None:
                 continue
-            if (job := out.push(codes[row], segment, row in snap.held)) is not None:
+            if (job := out.push(codes[row], segment, key in snap.held)) is not None:
                 jobs.append(job)
             if out.waiting:
                 self.waiting[out.stream_id] = out

@@ -45,7 +45,7 @@ class StepSnapshot:
     buffer: HostBuffer | None = None
     timing: StepTiming | None = None
     first_frames: bool = False  # the step prefilled new requests: its rows hold their first frames
-    held: frozenset[int] = frozenset()  # rows whose text ran out at this step: they wait for more before the next
+    held: frozenset[Any] = frozenset()  # keys of the rows whose text ran out at this step: they wait for more
     _readers: int = 2  # the output side and the worker's retire check
 
     def release(self) -> None:

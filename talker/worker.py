@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -215,21 +215,24 @@ class TalkerWorker:
             return None
         self._failures = 0
         self.scheduler.advance(plan, self._step)
-        if self.scheduler.starved:
-            self._keep_starved()
-        snap = self._snapshot(plan, codes, timing)
+        held = self._keep_starved() if self.scheduler.starved else frozenset()
+        snap = self._snapshot(plan, codes, timing, held)
         self.timings.push(timing)
         self._step += 1
         return snap
 
-    def _keep_starved(self) -> None:
-        """Their text ran out at this step: the runner keeps the codec part of their next input."""
-        self.runner.keep([seq.slot for seq in self.scheduler.starved])
-        self.scheduler.starved.clear()
+    def _keep_starved(self) -> frozenset[Any]:
+        """Their text ran out at this step: the runner keeps the codec part of their next input. Returns their
+        output keys, for the step's snapshot."""
+        starved = self.scheduler.starved
+        self.runner.keep([seq.slot for seq in starved])
+        held = frozenset(seq.sink for seq in starved)
+        starved.clear()
+        return held
 
-    def _snapshot(self, plan: StepPlan, codes: torch.Tensor, timing: StepTiming) -> StepSnapshot:
+    def _snapshot(self, plan: StepPlan, codes: torch.Tensor, timing: StepTiming,
+                  held: frozenset[Any] = frozenset()) -> StepSnapshot:
         host, fence, buf = self.device.to_host(codes)
-        held = frozenset(row for row, seq in enumerate(plan.batch) if seq.starved)  # ran out at this step
         snap = StepSnapshot(self._step, rows_of(plan.batch), host, fence, buffer=buf, timing=timing,
                             first_frames=bool(plan.prefill), held=held)
         self._unretired.append((snap, plan.batch))
