@@ -44,7 +44,7 @@ def load(cfg: EngineConfig) -> Loaded:
     """The checkpoint, its codec (here or in its process), tokenizer, kernels and thread plan."""
     device = resolve_device(cfg.device)
     path = ensure_tiny(cfg.cache_dir) if cfg.model == "tiny" else resolve(cfg.model, cfg.revision)
-    talker = load_talker(path, device, resolve_dtype(cfg.dtype, device), cfg.quantize)
+    talker = load_talker(path, device, resolve_dtype(cfg.dtype, device), cfg.quantize, batches=cfg.max_batch > 1)
     arch = talker.cfg
     step_params = arch.talker.linear_params + (arch.num_code_groups - 1) * arch.predictor.linear_params
     threads = thread_plan(cfg.tuning.torch_threads, step_params, usable_cores())

@@ -10,6 +10,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from talker.models.pack import pack_for_batches
 from talker.models.quantize import quantize_int8
 from talker.models.qwen3_tts.config import CheckpointError, GenerationDefaults, Qwen3TTSConfig
 from talker.models.qwen3_tts.model import Qwen3TTSModel
@@ -27,7 +28,7 @@ class LoadedTalker:
     cfg: Qwen3TTSConfig
     generation: GenerationDefaults
     model: Qwen3TTSModel
-    weights_bytes: int  # resident: full-precision parameters, plus the int8 weights when quantized
+    weights_bytes: int  # resident: full-precision parameters, plus the int8 weights or the packed copies
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -52,8 +53,9 @@ def read_weights(directory: Path) -> dict[str, torch.Tensor]:
 
 
 def load_talker(
-    path: str | Path, device: torch.device, dtype: torch.dtype, quantize: str | None = None
+    path: str | Path, device: torch.device, dtype: torch.dtype, quantize: str | None = None, batches: bool = True
 ) -> LoadedTalker:
+    """batches: requests may share a step (max batch > 1), so full precision on the CPU packs for batches."""
     directory = Path(path)
     if not directory.is_dir():
         raise CheckpointError(f"model directory not found: {directory}")
@@ -73,15 +75,20 @@ def load_talker(
     model.load_state_dict(weights, assign=True, strict=True)
     model = model.to(device=device, dtype=dtype)
     model.eval().requires_grad_(False)
-    int8_bytes = 0
+    extra_bytes = 0
     if quantize == "int8":
         if device.type == "cpu" and dtype != torch.float32:
             raise ValueError("int8 on the CPU takes float32 activations: leave dtype at auto or float32")
         with torch.inference_mode():
             q = quantize_int8(model)
-        int8_bytes = q.bytes_after
+        extra_bytes = q.bytes_after
         log.info("int8: %d linear layers, %.0f MiB -> %.0f MiB", q.layers, q.bytes_before / 2**20,
                  q.bytes_after / 2**20)
-    resident = sum(t.numel() * t.element_size() for t in model.parameters()) + int8_bytes
+    elif batches:
+        with torch.inference_mode():
+            extra_bytes = pack_for_batches(model)
+        if extra_bytes:
+            log.info("batches of 4+ rows: %.0f MiB of layer weights packed for oneDNN", extra_bytes / 2**20)
+    resident = sum(t.numel() * t.element_size() for t in model.parameters()) + extra_bytes
     return LoadedTalker(directory, cfg, generation, model, resident)
 

@@ -64,19 +64,17 @@ class FusedPredictor:
 
     def step(self, x: Tensor, start: int) -> Tensor:
         """x: [B, T, H_talker] at positions start..start+T-1 of every row -> last hidden [B, H_pred]."""
-        b, t, _ = x.shape
-        x = x.reshape(b * t, -1)  # [B T, H], rows b-major
+        b, t, _ = x.shape  # kept 3-d: a decode input [B, 1, H] is what packed projections recognise
         if self.project is not None:
             x = self.project(x)
         for i, layer in enumerate(self.layers):
             x = x + self._attend(i, layer, rms_norm(x, layer.ln1, self.eps), b, t, start)
             gate, up = layer.gate_up(rms_norm(x, layer.ln2, self.eps)).chunk(2, dim=-1)
             x = x + layer.down(F.silu(gate).mul_(up))
-        last = x if t == 1 else x.view(b, t, -1)[:, -1]
-        return rms_norm(last, self.norm, self.eps)
+        return rms_norm(x[:, -1], self.norm, self.eps)
 
     def _attend(self, i: int, layer: FusedLayer, x: Tensor, b: int, t: int, start: int) -> Tensor:
-        # x: [B T, H] -> [B T, H]
+        # x: [B, T, H] -> [B, T, H]
         hq, hkv, d = self.hq, self.hkv, self.d
         g, end = hq // hkv, start + t
         # 1. q/k/v; q/k normalised (their norm weights live in the rope maps)
@@ -110,7 +108,7 @@ class FusedPredictor:
                 torch.set_num_threads(threads)
         if t > 1:
             out = out.view(b, hkv, g, t, d).permute(0, 3, 1, 2, 4)
-        return layer.o(out.reshape(b * t, hq * d))
+        return layer.o(out.reshape(b, t, hq * d))
 
     def _mask(self, start: int, t: int, g: int, device: torch.device, dtype: torch.dtype) -> Tensor:
         mask = self._masks.get((start, t))
@@ -128,7 +126,9 @@ def _rotate(x: Tensor, maps: Tensor, start: int) -> Tensor:
     t = x.shape[1]
     if t == 1:
         return x @ maps[start]
-    return (x.unsqueeze(-2) @ maps[start : start + t, None]).squeeze(-2)
+    # one [B h, D] x [D, D] product per position (a broadcast matmul would expand maps to [B, T, h, D, D])
+    b, _, h, d = x.shape
+    return (x.transpose(0, 1).reshape(t, b * h, d) @ maps[start : start + t]).view(t, b, h, d).transpose(0, 1)
 
 
 def _rope_maps(stack: DecoderStack, positions: int, device: torch.device) -> Tensor:

@@ -106,6 +106,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(d, arch.rms_norm_eps)
         self.k_norm = RMSNorm(d, arch.rms_norm_eps)
         self.qkv: Projection | None = None  # H -> (Hq + 2 Hkv) D, built by fuse()
+        self.qkv_weight: Tensor | None = None  # [(Hq + 2 Hkv) D, H], the one q/k/v weight fuse() builds
         self.qk_norm: Tensor | None = None  # [Hq + Hkv, D]
 
     def fuse(self) -> tuple[Projection, Tensor]:
@@ -113,7 +114,8 @@ class Attention(nn.Module):
         The projections keep views of the fused weight, so the state dict is unchanged and nothing is copied."""
         if self.qkv is None or self.qk_norm is None:
             d = self.head_dim
-            self.qkv = dense(share_weights(self.q_proj, self.k_proj, self.v_proj))
+            self.qkv_weight = share_weights(self.q_proj, self.k_proj, self.v_proj)
+            self.qkv = dense(self.qkv_weight)
             self.qk_norm = torch.cat((self.q_norm.weight.expand(self.num_heads, d),
                                       self.k_norm.weight.expand(self.num_kv_heads, d)))
         return self.qkv, self.qk_norm
@@ -137,10 +139,12 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
         self.down_proj: nn.Module = nn.Linear(intermediate, hidden, bias=False)  # or Int8Linear once quantized
         self.gate_up: Projection | None = None  # H -> 2 I, built by fuse()
+        self.gate_up_weight: Tensor | None = None  # [2 I, H]
 
     def fuse(self) -> Projection:
         if self.gate_up is None:
-            self.gate_up = dense(share_weights(self.gate_proj, self.up_proj))
+            self.gate_up_weight = share_weights(self.gate_proj, self.up_proj)
+            self.gate_up = dense(self.gate_up_weight)
         return self.gate_up
 
     def forward(self, x: Tensor) -> Tensor:
