@@ -64,7 +64,7 @@ class FusedPredictor:
 
     def step(self, x: Tensor, start: int) -> Tensor:
         """x: [B, T, H_talker] at positions start..start+T-1 of every row -> last hidden [B, H_pred]."""
-        b, t, _ = x.shape  # kept 3-d: a decode input [B, 1, H] is what packed projections recognise
+        b, t, _ = x.shape  # kept [B, T, H]: packed projections tell one request's rows from a batch by B
         if self.project is not None:
             x = self.project(x)
         for i, layer in enumerate(self.layers):

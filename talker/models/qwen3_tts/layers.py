@@ -102,7 +102,7 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(h, arch.num_heads * d, bias=False)
         self.k_proj = nn.Linear(h, arch.num_kv_heads * d, bias=False)
         self.v_proj = nn.Linear(h, arch.num_kv_heads * d, bias=False)
-        self.o_proj: nn.Module = nn.Linear(arch.num_heads * d, h, bias=False)  # or Int8Linear once quantized
+        self.o_proj: nn.Module = nn.Linear(arch.num_heads * d, h, bias=False)  # or Int8Linear / PackedLinear
         self.q_norm = RMSNorm(d, arch.rms_norm_eps)
         self.k_norm = RMSNorm(d, arch.rms_norm_eps)
         self.qkv: Projection | None = None  # H -> (Hq + 2 Hkv) D, built by fuse()
@@ -137,7 +137,7 @@ class MLP(nn.Module):
         super().__init__()
         self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.down_proj: nn.Module = nn.Linear(intermediate, hidden, bias=False)  # or Int8Linear once quantized
+        self.down_proj: nn.Module = nn.Linear(intermediate, hidden, bias=False)  # or Int8Linear / PackedLinear
         self.gate_up: Projection | None = None  # H -> 2 I, built by fuse()
         self.gate_up_weight: Tensor | None = None  # [2 I, H]
 
