@@ -28,7 +28,7 @@ from talker.models.loader import LoadedTalker, load_talker
 from talker.request import SpeechRequest
 from talker.runner import Runner
 from talker.scheduler import Scheduler, Seq
-from tests.talker.oracle_fixture import Case, Oracle, load_oracle, stale_reason
+from tests.talker.oracle_fixture import Case, Oracle
 
 pytestmark = pytest.mark.bitexact  # exact code comparisons: scripts/test runs them under every CPU capability
 CPU = torch.device("cpu")
@@ -37,14 +37,6 @@ LOGIT_TOL = 2e-6  # first-frame logits agree to ~2e-7; another speaker moves the
 # the smallest top-1/top-2 logit gap a greedy choice may have: 50x the ~2e-7 by which another implementation or
 # another batch moves a logit (the fixture's smallest is ~5e-5)
 MARGIN = 1e-5
-
-
-@pytest.fixture(scope="module")
-def oracle(tiny_dir: Path) -> Oracle:
-    reason = stale_reason(tiny_dir)
-    if reason:  # a fail, not a skip: stale fixtures would otherwise make every parity test vanish unnoticed
-        pytest.fail(reason)
-    return load_oracle()
 
 
 @pytest.fixture(scope="module")

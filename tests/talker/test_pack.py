@@ -13,18 +13,10 @@ from talker.models.loader import LoadedTalker, load_talker
 from talker.models.qwen3_tts import linear
 from talker.models.qwen3_tts.layers import DecoderLayer
 from talker.models.qwen3_tts.linear import PackedLinear
-from tests.talker.oracle_fixture import Oracle, load_oracle, stale_reason
+from tests.talker.oracle_fixture import Oracle
 from tests.talker.test_oracle_parity import GREEDY, assert_same_codes, run
 
 CPU = torch.device("cpu")
-
-
-@pytest.fixture(scope="module")
-def oracle(tiny_dir: Path) -> Oracle:
-    reason = stale_reason(tiny_dir)
-    if reason:
-        pytest.fail(reason)
-    return load_oracle()
 
 
 @pytest.fixture(scope="module")

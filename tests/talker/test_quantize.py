@@ -14,7 +14,7 @@ from talker.models.loader import LoadedTalker, load_talker
 from talker.models.quantize import quantize_int8
 from talker.models.qwen3_tts.layers import DecoderLayer
 from talker.models.qwen3_tts.linear import Int8Linear
-from tests.talker.oracle_fixture import Oracle, load_oracle, stale_reason
+from tests.talker.oracle_fixture import Oracle
 from tests.talker.test_oracle_parity import GREEDY, first_frame_logits, run
 
 CPU = torch.device("cpu")
@@ -23,14 +23,6 @@ LOGIT_ERROR_CEILING = 0.03  # int8's first-frame logits against the official one
 # often within a few hundredths of a standard deviation, so one int8 rounding flips a code and the rest of the
 # request follows another path; the logit error above is the sharper check.
 CODE_AGREEMENT_FLOOR = 0.2
-
-
-@pytest.fixture(scope="module")
-def oracle(tiny_dir: Path) -> Oracle:
-    reason = stale_reason(tiny_dir)
-    if reason:
-        pytest.fail(reason)
-    return load_oracle()
 
 
 @pytest.fixture(scope="module")
