@@ -350,15 +350,26 @@ class Engine:
     def voice_kind(self) -> VoiceKind:
         return self._loaded.frontend.kind if self._loaded else VoiceKind.CUSTOM_VOICE
 
-    async def clone_prompt(self, wav: np.ndarray, transcript: str | None) -> ClonePrompt:
+    async def clone_prompt(self, wav: np.ndarray, transcript: str | None, param: str = "transcript") -> ClonePrompt:
         """A reference recording (float32 mono, 24 kHz) → the clone prompt of a voice, for Base checkpoints. With a
-        transcript: in-context cloning; without: x-vector only. Runs in the voice process (talker/voices/clone.py)."""
+        transcript: in-context cloning; without: x-vector only. Runs in the voice process (talker/voices/clone.py).
+        An in-context prompt whose transcript and recording leave an input too little room is a RequestError naming
+        `param` (the field that carries the transcript)."""
         if self._loaded is None or self.state is not EngineState.READY:
             raise EngineDeadError(f"the engine is {self.state.value}")
         if self._loaded.voice_encoder is None:
             raise RequestError(f"this model cannot clone voices (it is a {self.voice_kind.value} checkpoint; cloning "
                                "needs a Base one)", param="model")
-        return await self._loaded.voice_encoder.create(wav, transcript)
+        clone = await self._loaded.voice_encoder.create(wav, transcript)
+        if clone.ref_text is not None and clone.ref_codes is not None:  # the recording's length is known only now
+            self._loaded.frontend.check_reference(clone.ref_text, len(clone.ref_codes), param)
+        return clone
+
+    def check_clone_text(self, transcript: str | None, param: str) -> None:
+        """Refuses (RequestError naming `param`) a transcript too long for a cloned voice to ever speak, even with
+        the shortest recording: cheap, so it runs before any decoding or cloning work."""
+        if transcript is not None and self._loaded is not None:
+            self._loaded.frontend.check_reference(transcript, 0, param)
 
     @property
     def languages(self) -> list[str]:

@@ -26,8 +26,9 @@ Start = Callable[[list[int], bool], None]  # (the head and every token after it 
 
 class SpeechInput:
     """`append` text as it comes (str, or UTF-8 bytes cut anywhere), then `finish` it; read the audio from
-    `stream`. A text quiet for longer than the engine's `text_timeout_s` is finished for its writer (`timed_out`,
-    and `on_timeout` is called). Appending to a request that has ended (cancelled, failed) does nothing."""
+    `stream`. A text with no visible character appended for longer than the engine's `text_timeout_s` is finished
+    for its writer (`timed_out`, and `on_timeout` is called). Appending to a request that has ended (cancelled,
+    failed) does nothing."""
 
     def __init__(self, request_id: str, stream: AudioStream, text: TextStream, start: Start,
                  send: Callable[[Feed], None], max_tokens: int, base_tokens: int = 0) -> None:
@@ -52,8 +53,13 @@ class SpeechInput:
         if self._text.chars + len(text) > MAX_INPUT_CHARS:
             raise RequestError(f"the text would exceed {MAX_INPUT_CHARS} characters; finish it and start another",
                                param="text")
-        self.last_append = time.monotonic()
-        self._take(self._text.append(text), done=False)
+        before = self._text.chars
+        tokens = self._text.append(text)
+        if self._text.chars > before and self._text.text[before:].strip():
+            # only visible text is activity: empty or blank pieces (or bytes that complete no character) cost
+            # nothing against the budget, or little, and would otherwise keep a text open forever
+            self.last_append = time.monotonic()
+        self._take(tokens, done=False)
 
     def finish(self) -> None:
         """Idempotent. The end of the text: the Talker speaks the rest, then its end of text."""

@@ -146,6 +146,7 @@ async def _clone(state: ServerState, engine: Engine, body: VoiceCreate, sample: 
         raise errors.invalid("consent: the id of a consent recording is required (POST /v1/audio/voice_consents "
                              "makes one)", "consent", "missing_field")
     require_kind(engine, VoiceKind.BASE, "model")
+    engine.check_clone_text(body.transcript, "transcript")
     if await asyncio.to_thread(state.library.consent, body.consent) is None:
         raise _no_consent(body.consent)
     await _name_free(state.library, engine, body.name)

@@ -66,8 +66,9 @@ def choice_of(stored: StoredVoice, engine: Engine, param: str) -> VoiceChoice:
 async def one_off(engine: Engine, ref_audio: str, ref_text: str | None) -> VoiceChoice:
     """A voice cloned from `ref_audio` for one request; nothing is stored."""
     require_kind(engine, VoiceKind.BASE, "ref_audio")
+    engine.check_clone_text(ref_text, "ref_text")
     wav = await audio_input.decode_async(audio_input.parse_ref_audio(ref_audio), "ref_audio")
-    return VoiceChoice(clone=await engine.clone_prompt(wav, ref_text))
+    return VoiceChoice(clone=await engine.clone_prompt(wav, ref_text, "ref_text"))
 
 
 def require_kind(engine: Engine, kind: VoiceKind, param: str) -> None:

@@ -149,18 +149,55 @@ class Frontend:
 
     def _budget(self, s: Settings) -> int:
         """Text tokens per segment: its speech fits max_frames, and its prompt fits the slot beside the rest."""
-        instruct, ref = s.instruct, s.reference
-        overhead = len(self.tokenizer.assistant("")) + len(s.prefix) + len(instruct or ()) + 2
-        if ref is not None:  # each segment repeats the reference, and a trailing row holds its transcript too
-            overhead += len(ref.text_ids) + len(ref.codes) + 2
-        room = self.max_prompt - overhead
-        if room < MIN_SEGMENT_TOKENS:
-            raise RequestError(
-                f"instructions are too long for this model: they take {len(instruct or ())} of the "
-                f"{self.max_prompt} prompt tokens a request has, and at least {MIN_SEGMENT_TOKENS} must be left "
-                "for the input; shorten them", param="instructions")
-        width = self.text_width - 1 - (len(ref.text_ids) if ref else 0)
+        ref = s.reference
+        held = (len(ref.text_ids), len(ref.codes)) if ref else None
+        room, width = self._room(len(s.prefix), len(s.instruct or ()), held)
+        if room < MIN_SEGMENT_TOKENS or (ref is not None and width < MIN_SEGMENT_TOKENS):
+            raise self._no_room(len(s.instruct or ()), held)
         return max(1, min(self.max_frames // FRAMES_PER_TOKEN, width, room))
+
+    def _room(self, prefix: int, instruct: int, reference: tuple[int, int] | None) -> tuple[int, int]:
+        """Text tokens a segment's prompt has room for, and its text row's: beside the codec prefix, the
+        instructions and an in-context reference (`reference`: its transcript's tokens and its frames)."""
+        overhead = len(self.tokenizer.assistant("")) + prefix + instruct + 2
+        if reference is None:
+            return self.max_prompt - overhead, self.text_width - 1
+        words, frames = reference  # each segment repeats the reference, and a trailing row holds its transcript too
+        return self.max_prompt - overhead - words - frames - 2, self.text_width - 1 - words
+
+    def _no_room(self, instruct: int, reference: tuple[int, int] | None) -> RequestError:
+        """The error that names what takes the prompt's room: the instructions, the cloned voice's reference, or
+        (neither) a model whose prompt is too small for any input."""
+        if reference is not None and sum(reference) >= instruct:
+            words, frames = reference
+            return RequestError(
+                f"the cloned voice's reference is too long for this model: its transcript ({words} tokens) and "
+                f"recording ({frames} frames) leave fewer than {MIN_SEGMENT_TOKENS} of the {self.max_prompt} "
+                "prompt tokens for the input; make the voice again with a shorter transcript or recording",
+                param="voice")
+        if instruct:
+            return RequestError(
+                f"instructions are too long for this model: they take {instruct} of the {self.max_prompt} prompt "
+                f"tokens a request has, and at least {MIN_SEGMENT_TOKENS} must be left for the input; shorten them",
+                param="instructions")
+        return RequestError(f"this model's prompt ({self.max_prompt} tokens) leaves no room for an input",
+                            param="input")
+
+    def check_reference(self, transcript: str, frames: int, param: str) -> None:
+        """Refuses a cloned voice's transcript (with its recording's `frames`) that leaves an input too little room:
+        a voice made with it could never speak. `param`: the field that carries the transcript."""
+        words = len(self.tokenizer.reference(transcript))
+        prefix = len(codec_prefix(self.cfg, None, None, vector=True)) + 1  # + a language's token, when one is asked
+        room, width = self._room(prefix, 0, (words, frames))
+        if room >= MIN_SEGMENT_TOKENS and width >= MIN_SEGMENT_TOKENS:
+            return
+        limit = words - MIN_SEGMENT_TOKENS + min(room, width)
+        recording = f" beside its recording's {frames} frames" if frames else ""
+        raise RequestError(
+            f"{param} is too long for this model: it is {words} tokens ({len(transcript)} characters), and at most "
+            f"{max(0, limit)} tokens fit{recording} (the reference is repeated in every prompt of "
+            f"{self.max_prompt} tokens, and at least {MIN_SEGMENT_TOKENS} must be left for the input); shorten it",
+            param=param)
 
     def speaker_for(self, voice: str | None) -> str | None:
         found = self._voice(voice)

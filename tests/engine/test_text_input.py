@@ -250,3 +250,16 @@ async def test_the_layout_field_chooses_how_an_ordinary_request_is_fed(engine: E
     with pytest.raises(RequestError):
         engine.submit(SpeechRequest(text=TEXT, text_layout="sideways"))  # type: ignore[arg-type]
 
+
+
+async def test_empty_and_blank_appends_do_not_keep_a_text_open(engine: Engine) -> None:
+    """Only visible text is activity: a writer that appends "" (or blanks) forever still times out."""
+    handle = engine.submit(StreamingSpeechRequest(text="Words, then nothing but", seed=1))
+    quiet = handle.last_append
+    for piece in ["", " ", "\n\t ", b"", b"\xc3"]:  # the last completes no character yet
+        handle.append(piece)
+    assert handle.last_append == quiet and handle.text == "Words, then nothing but \n\t "
+    engine._check_writers(quiet + engine.config.text_timeout_s + 0.001)  # the watchdog, a moment past the timeout
+    assert handle.timed_out and handle.finished
+    await collect(handle.stream)
+    assert handle.stream.finish_reason is FinishReason.EOS

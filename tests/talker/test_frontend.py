@@ -112,3 +112,21 @@ def test_an_in_context_voice_needs_the_whole_text_up_front() -> None:
     clone = ClonePrompt((0.0,) * 64, ((1,) * 16,), "a transcript")
     with pytest.raises(RequestError, match="whole text up front"):
         frontend_for(OFFICIAL_BASE).prepare_stream(SpeechRequest(text="", clone=clone))
+
+
+def test_a_reference_that_leaves_no_room_is_refused_naming_its_field() -> None:
+    """A transcript that could never leave an input room is refused by the field that carries it (at creation), and
+    a request whose voice's reference takes the room blames the voice, never the instructions it did not send."""
+    base = frontend_for(OFFICIAL_BASE)  # 256 prompt tokens
+    base.check_reference("a short transcript", 59, "transcript")
+    long = "word " * 200
+    for param in ("transcript", "ref_text"):
+        with pytest.raises(RequestError, match=rf"^{param} is too long .* at most \d+ tokens fit") as err:
+            base.check_reference(long, 0, param)
+        assert err.value.param == param
+    with pytest.raises(RequestError, match="beside its recording's 240 frames"):
+        base.check_reference("a short transcript", 240, "transcript")  # fits alone, not with its recording
+    clone = ClonePrompt((0.0,) * 64, ((1,) * 16,) * 59, long)
+    with pytest.raises(RequestError, match="reference is too long") as err:
+        base.prepare(SpeechRequest(text="hi", clone=clone))
+    assert err.value.param == "voice"
