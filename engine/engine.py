@@ -13,6 +13,7 @@ from typing import overload
 import numpy as np
 import torch
 
+from engine.cloning import CloneKind, Cloning
 from engine.config import EngineConfig, OutputMode
 from engine.loaded import Loaded, load
 from engine.text_input import HEAD, SpeechInput
@@ -60,6 +61,7 @@ class Engine:
         self._inputs: dict[str, SpeechInput] = {}  # texts still arriving
         self._bridge: AsyncBridge | SyncBridge | None = None
         self._codec_pool: ThreadPoolExecutor | None = None
+        self._cloning: Cloning | None = None  # Base checkpoints
         self._watchdog: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -69,6 +71,8 @@ class Engine:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
         self._loaded = loaded = await asyncio.to_thread(load, self.config)
+        if loaded.voice_encoder is not None:
+            self._cloning = Cloning(loaded.voice_encoder, cfg.max_queue)
         # a thread per codec lane (AsyncBridge)
         self._codec_pool = ThreadPoolExecutor(2, "codec-worker", initializer=torch.set_num_threads,
                                               initargs=(loaded.threads.codec,))
@@ -139,8 +143,8 @@ class Engine:
             await self._bridge.stop()
         if self._codec_pool is not None:  # a dead engine's codec thread may be hung: do not wait for it
             self._codec_pool.shutdown(wait=self.state is not EngineState.DEAD)
-        if self._loaded is not None and self._loaded.voice_encoder is not None:
-            await asyncio.to_thread(self._loaded.voice_encoder.close)  # a creation in flight ends first
+        if self._cloning is not None:
+            await self._cloning.close()  # a clone being encoded ends first
         if self._loaded is not None and self._loaded.codec_process is not None:
             await asyncio.to_thread(self._loaded.codec_process.stop)
         self.state = EngineState.STOPPED if self.state is not EngineState.DEAD else EngineState.DEAD
@@ -350,17 +354,19 @@ class Engine:
     def voice_kind(self) -> VoiceKind:
         return self._loaded.frontend.kind if self._loaded else VoiceKind.CUSTOM_VOICE
 
-    async def clone_prompt(self, wav: np.ndarray, transcript: str | None, param: str = "transcript") -> ClonePrompt:
+    async def clone_prompt(self, wav: np.ndarray, transcript: str | None, param: str = "transcript",
+                           kind: CloneKind = "creation") -> ClonePrompt:
         """A reference recording (float32 mono, 24 kHz) → the clone prompt of a voice, for Base checkpoints. With a
-        transcript: in-context cloning; without: x-vector only. Runs in the voice process (talker/voices/clone.py).
+        transcript: in-context cloning; without: x-vector only. Runs in the voice process (talker/voices/process.py),
+        queued by `kind` (a one-off `ref_audio` clone or a voice's creation) and cached (engine/cloning.py).
         An in-context prompt whose transcript and recording leave an input too little room is a RequestError naming
         `param` (the field that carries the transcript)."""
         if self._loaded is None or self.state is not EngineState.READY:
             raise EngineDeadError(f"the engine is {self.state.value}")
-        if self._loaded.voice_encoder is None:
+        if self._cloning is None:
             raise RequestError(f"this model cannot clone voices (it is a {self.voice_kind.value} checkpoint; cloning "
                                "needs a Base one)", param="model")
-        clone = await self._loaded.voice_encoder.create(wav, transcript)
+        clone = await self._cloning.prompt(wav, transcript, kind)
         if clone.ref_text is not None and clone.ref_codes is not None:  # the recording's length is known only now
             self._loaded.frontend.check_reference(clone.ref_text, len(clone.ref_codes), param)
         return clone
@@ -395,4 +401,5 @@ class Engine:
             "snapshot_backlog": self._bridge.backlog if self._bridge else 0,
             "codec_streams": len(self.pipeline.decoder.open_streams) if self.pipeline else 0,
             "output_routes": len(self.pipeline.outputs) if self.pipeline else 0,  # outputs the router can reach
+            "clone_jobs": self._cloning.jobs if self._cloning else 0,  # queued or being encoded
         }

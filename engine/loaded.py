@@ -21,7 +21,7 @@ from talker.models.loader import LoadedTalker, load_talker, resolve_dtype
 from talker.models.qwen3_tts.config import read_json
 from talker.request import VoiceKind
 from talker.sampler_native import SamplingKernel, load_sampling_kernel
-from talker.voices.clone import VoiceEncoder
+from talker.voices.process import VoiceProcess
 
 log = logging.getLogger("talkstream.engine")
 
@@ -37,7 +37,7 @@ class Loaded:
     sample_rate: int
     sampler: SamplingKernel | None  # the CPU sampling kernel, when native kernels are on and build here
     threads: Threads
-    voice_encoder: VoiceEncoder | None  # Base checkpoints: reference recordings → clone prompts
+    voice_encoder: VoiceProcess | None  # Base checkpoints: reference recordings → clone prompts
 
 
 def load(cfg: EngineConfig) -> Loaded:
@@ -62,5 +62,5 @@ def load(cfg: EngineConfig) -> Loaded:
     frontend = Frontend(talker.cfg, talker.generation, load_tokenizer(path), max_frames, cfg.tuning.text_width,
                         cfg.max_len - max_frames)
     sampler = load_sampling_kernel() if native else None
-    voices = VoiceEncoder(path) if frontend.kind is VoiceKind.BASE else None
+    voices = VoiceProcess(path) if frontend.kind is VoiceKind.BASE else None
     return Loaded(path, talker, codec, process, frontend, device, sample_rate, sampler, threads, voices)

@@ -12,18 +12,12 @@ thread, so neither call's arithmetic changes: each call computes exactly what it
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import logging
 import os
-import queue
-import signal
 import socket
 import subprocess
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -31,10 +25,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from talker.children import die_with_parent, spawn
+
 if TYPE_CHECKING:
     from output_builder.primed import PrimedStates
 
-log = logging.getLogger("talkstream.codec")
 START_TIMEOUT_S = 120.0
 GONE_MAX = 4096  # closed streams remembered without state (see decode_batch)
 
@@ -154,58 +149,6 @@ def _serve(conn: Connection, urgent: Connection, path: str, device: str, threads
             return
 
 
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """In the child: be SIGKILLed when the parent goes, however it ends (SIGKILL and os._exit included), so a
-    hung codec process never outlives its server. Linux only; elsewhere the pipes' EOF ends an idle child."""
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        log.warning("prctl(PR_SET_PDEATHSIG) failed: %s", os.strerror(ctypes.get_errno()))
-    if os.getppid() != parent_pid:  # the parent died before the prctl: no signal will come
-        os._exit(1)
-
-
-class _Spawner:
-    """Starts child processes from one thread that lives as long as the process.
-
-    PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process. The engine creates its
-    codec process in `asyncio.to_thread`, on an executor thread that exits when its loop's default executor shuts
-    down, which could be before the engine stops (an engine outliving the loop that started it, as test fixtures
-    can): the codec process would be killed under a live engine. This daemon thread never returns, so the signal
-    comes only when the whole process ends.
-    """
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], subprocess.Popen[bytes]], Future[subprocess.Popen[bytes]]]]
-        self._jobs = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    def popen(self, cmd: list[str], pass_fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="codec-spawner", daemon=True)
-                self._thread.start()
-        done: Future[subprocess.Popen[bytes]] = Future()
-        self._jobs.put((lambda: subprocess.Popen(cmd, pass_fds=pass_fds), done))
-        return done.result()
-
-    def _run(self) -> None:
-        while True:
-            start, done = self._jobs.get()
-            try:
-                done.set_result(start())
-            except BaseException as exc:
-                done.set_exception(exc)
-
-
-_spawner = _Spawner()
-
-
 class CodecProcess:
     """Parent side. `decode` is called by one thread per lane at a time (the codec worker threads)."""
 
@@ -213,7 +156,7 @@ class CodecProcess:
         (ours, theirs), (ours_u, theirs_u) = socket.socketpair(), socket.socketpair()
         cmd = [sys.executable, "-m", "output_builder.codec_process", str(theirs.fileno()), str(theirs_u.fileno()),
                str(path), device, str(threads), "1" if native else "", str(nice), str(os.getpid())]
-        self._proc = _spawner.popen(cmd, pass_fds=(theirs.fileno(), theirs_u.fileno()))
+        self._proc = spawn(cmd, pass_fds=(theirs.fileno(), theirs_u.fileno()))
         theirs.close()
         theirs_u.close()
         self._conn, self._urgent = Connection(ours.detach()), Connection(ours_u.detach())

@@ -12,13 +12,18 @@ from server.encoders import open_encoder_count
 
 if TYPE_CHECKING:
     from engine import Engine, StepTiming
+    from server.voice_db import Quota, Usage
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
 _STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0)
 _GAP_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2)
 _ENGINE_GAUGES = ("active_requests", "queued_requests", "slots_in_use", "codec_jobs_in_flight", "snapshot_backlog",
-                  "codec_streams", "output_routes")
+                  "codec_streams", "output_routes", "clone_jobs")
+
+_LIBRARY_GAUGES = {"bytes": "Bytes of consent recordings and voice data in the voice library",
+                   "voices": "Created voices, of every model", "consents": "Consent recordings",
+                   "quota_bytes": "The voice library's byte quota", "max_voices": "The voice library's voice limit"}
 
 
 class Metrics:
@@ -46,6 +51,8 @@ class Metrics:
         for protocol in ("http", "ws"):
             self.open_responses.labels(protocol).set(0)
         self.ready = Gauge("talkstream_engine_ready", "1 when the engine accepts requests", registry=r)
+        self.library_gauges = {name: Gauge(f"talkstream_voice_library_{name}", text, registry=r)
+                               for name, text in _LIBRARY_GAUGES.items()}
         self._last_step: dict[int, int] = {}  # per engine
 
     def error(self, type_: str, code: str | None) -> None:
@@ -58,6 +65,13 @@ class Metrics:
     def finished(self, protocol: str, outcome: str, audio_seconds: float) -> None:
         self.requests.labels(protocol, outcome).inc()
         self.audio_seconds.labels(protocol).inc(audio_seconds)
+
+    def library(self, usage: Usage, quota: Quota) -> None:
+        """What the voice library holds, and its quota (server/voice_db.py)."""
+        values = {"bytes": usage.bytes, "voices": usage.voices, "consents": usage.consents,
+                  "quota_bytes": quota.max_bytes, "max_voices": quota.max_voices}
+        for name, value in values.items():
+            self.library_gauges[name].set(value)
 
     def scrape(self, engines: list[Engine]) -> bytes:
         self._refresh(engines)

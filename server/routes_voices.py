@@ -32,12 +32,13 @@ from server.protocol import (
     VoiceObject,
 )
 from server.state import ServerState, server_state
-from server.voice_library import check_name, require_kind
+from server.voice_library import check_name, require_kind, shown_name
 from server.voice_store import Consent, ConsentInUseError, NameTakenError, StoredVoice, VoiceStore
 
 router = APIRouter()
 T = TypeVar("T")
-_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorEnvelope} for code in (400, 401, 404, 409)}
+_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorEnvelope} for code in (400, 401, 404, 409, 503,
+                                                                                          507)}
 _LANGUAGE = re.compile(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*")  # a BCP 47 tag, loosely
 _FORMS = ("multipart/form-data", "application/x-www-form-urlencoded")
 _VOICE_FORM = {"requestBody": {"required": True, "content": {
@@ -54,12 +55,15 @@ async def create_consent(
     language: Annotated[str, Form(min_length=1, max_length=64)], recording: Annotated[UploadFile, File()],
 ) -> VoiceConsentObject:
     """Stores a consent recording (the file as sent, with its hash and duration)."""
+    _form_fields(await request.form(), "recording")  # FastAPI keeps one of a field given twice: refused here
+    name = shown_name(name)
     if not _LANGUAGE.fullmatch(language):
         raise errors.invalid(f"language: '{language}' is not a BCP 47 language tag, such as en-US", "language",
                              "invalid_value")
     data = await read_upload(recording, "recording")
-    wav = await audio_input.decode_async(data, "recording")
     store = _store(request)
+    await asyncio.to_thread(store.check_room, len(data), 0)  # before decoding; the insert checks again
+    wav = await audio_input.decode_async(data, "recording")
     return _consent(await asyncio.to_thread(store.add_consent, name, language, data, wav.size / audio_input.RATE))
 
 
@@ -81,7 +85,7 @@ async def get_consent(request: Request, consent_id: str) -> VoiceConsentObject:
 @router.post("/audio/voice_consents/{consent_id}", response_model=VoiceConsentObject, responses=_ERRORS)
 async def update_consent(request: Request, consent_id: str, body: VoiceConsentUpdate) -> VoiceConsentObject:
     """Renames it (its recording cannot change)."""
-    consent = await asyncio.to_thread(_store(request).rename_consent, consent_id, body.name)
+    consent = await asyncio.to_thread(_store(request).rename_consent, consent_id, shown_name(body.name))
     return _consent(_found(consent, "consent", consent_id))
 
 
@@ -118,7 +122,7 @@ async def create_voice(request: Request) -> VoiceObject:
     state = server_state(request)
     async with _voice_body(request) as (body, sample):
         engine = state.engine_for(None if body.model == "auto" else body.model)
-        check_name(engine, body.name)
+        body = body.model_copy(update={"name": check_name(engine, body.name)})
         if body.type == "prompt":
             return await _design(state, engine, body, sample)
         return await _clone(state, engine, body, sample)
@@ -149,9 +153,9 @@ async def _clone(state: ServerState, engine: Engine, body: VoiceCreate, sample: 
     engine.check_clone_text(body.transcript, "transcript")
     if await asyncio.to_thread(state.library.consent, body.consent) is None:
         raise _no_consent(body.consent)
-    await _name_free(state.library, engine, body.name)
+    await _can_store(state.library, engine, body.name)
     wav = await audio_input.decode_async(await read_upload(sample, "audio_sample"), "audio_sample")
-    clone = await engine.clone_prompt(wav, body.transcript)  # before the insert: a failed clone stores nothing
+    clone = await engine.clone_prompt(wav, body.transcript, kind="creation")  # a failed clone stores nothing
     return await _insert(state.library, body, engine, clone=clone, consent_id=body.consent)
 
 
@@ -162,7 +166,7 @@ async def _design(state: ServerState, engine: Engine, body: VoiceCreate, sample:
         raise errors.invalid("prompt: a description of the voice is required for type=prompt", "prompt",
                              "missing_field")
     require_kind(engine, VoiceKind.VOICE_DESIGN, "model")
-    await _name_free(state.library, engine, body.name)
+    await _can_store(state.library, engine, body.name)
     return await _insert(state.library, body, engine, prompt=body.prompt)
 
 
@@ -199,13 +203,14 @@ def _validated(fields: dict[str, Any]) -> VoiceCreate:
         raise errors.from_validation(exc.errors(include_url=False)) from None
 
 
-def _form_fields(form: FormData) -> dict[str, Any]:
+def _form_fields(form: FormData, file_field: str = "audio_sample") -> dict[str, Any]:
+    """Each field once; `file_field` the one file."""
     fields: dict[str, Any] = {}
     for key, value in form.multi_items():
         if key in fields:
             raise errors.invalid(f"{key}: given more than once", key, "invalid_value")
-        if isinstance(value, FormFile) != (key == "audio_sample"):
-            what = "a file" if key == "audio_sample" else "a text field, not a file"
+        if isinstance(value, FormFile) != (key == file_field):
+            what = "a file" if key == file_field else "a text field, not a file"
             raise errors.invalid(f"{key}: must be {what}", key, "invalid_value")
         fields[key] = value
     return fields
@@ -231,8 +236,10 @@ async def read_upload(file: FormFile, param: str) -> bytes:
     return data
 
 
-async def _name_free(store: VoiceStore, engine: Engine, name: str) -> None:
-    """Checked before the slow part (decoding, cloning); the insert checks again."""
+async def _can_store(store: VoiceStore, engine: Engine, name: str) -> None:
+    """That the name is free and the quota has room for a voice: checked before the slow part (decoding, cloning);
+    the insert checks again."""
+    await asyncio.to_thread(store.check_room, 0, 1)
     if await asyncio.to_thread(store.voice_named, engine.model_id, name) is not None:
         raise _taken(name, engine)
 

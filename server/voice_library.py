@@ -9,11 +9,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine import ClonePrompt, Engine, EngineState, VoiceKind
-from server import audio_input, errors
+from server import audio_input, errors, voice_names
 from server.state import ServerState
-from server.voice_store import StoredVoice
+from server.voice_db import StorageError
+from server.voice_store import StoredVoice, VoiceStore
 
 ID_PREFIX = "voice_"
+CANDIDATE_POOL = 200  # the latest created names an unknown one is compared with: a bounded query, a bounded match
+SHOWN_CHARS = 64  # of an unknown name, quoted back
+MAX_NAME_CHARS = 256
 _KINDS = {  # what each kind of checkpoint is called in messages, with an example of one
     VoiceKind.BASE: "a Base checkpoint (voice cloning, such as Qwen/Qwen3-TTS-12Hz-0.6B-Base)",
     VoiceKind.VOICE_DESIGN: "a VoiceDesign checkpoint (such as Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign)",
@@ -37,21 +41,30 @@ class VoiceChoice:
 
 async def resolve(state: ServerState, engine: Engine, voice: str | None, param: str = "voice") -> VoiceChoice:
     """A built-in name as it is (the engine checks it, as before the library); else a created voice of this model,
-    by id or name; else a 400 that names both kinds."""
+    by id or name (one row); else a 400 that names a few close matches and how to list them all."""
     if voice is None or (not voice.startswith(ID_PREFIX) and voice.lower() in engine.voices):
         return VoiceChoice(builtin=voice)
     store = state.library
-    if voice.startswith(ID_PREFIX):
-        stored = await asyncio.to_thread(store.voice, voice)
-    else:
-        stored = await asyncio.to_thread(store.voice_named, engine.model_id, voice)
-    if stored is None:
-        created = [v.name for v in await asyncio.to_thread(store.voices, engine.model_id)]
-        builtin = ", ".join(sorted(engine.voices)) or "none"
-        raise errors.invalid(f"unknown voice '{voice}'; available voices: {builtin}; created voices: "
-                             f"{', '.join(created) or 'none (POST /v1/audio/voices makes one)'}", param,
-                             "invalid_value")
+    try:
+        if voice.startswith(ID_PREFIX):
+            stored = await asyncio.to_thread(store.voice, voice)
+        else:
+            stored = await asyncio.to_thread(store.voice_named, engine.model_id, voice)
+        if stored is None:
+            raise await _unknown(store, engine, voice, param)
+    except StorageError as exc:  # the Realtime session answers ApiErrors only
+        raise errors.from_exception(exc) from exc
     return choice_of(stored, engine, param)
+
+
+async def _unknown(store: VoiceStore, engine: Engine, voice: str, param: str) -> errors.ApiError:
+    """The error for a voice that is not there: small however many voices the library holds."""
+    created = await asyncio.to_thread(store.names, engine.model_id, CANDIDATE_POOL)
+    near = voice_names.close(voice, [*engine.voices, *created])
+    shown = voice if len(voice) <= SHOWN_CHARS else voice[:SHOWN_CHARS] + "..."
+    hint = f"; did you mean {', '.join(repr(n) for n in near)}?" if near else ""
+    return errors.invalid(f"unknown voice '{shown}'{hint} GET /v1/audio/voices?model={engine.model_id} lists this "
+                          "model's voices, built-in and created", param, "invalid_value")
 
 
 def choice_of(stored: StoredVoice, engine: Engine, param: str) -> VoiceChoice:
@@ -68,7 +81,7 @@ async def one_off(engine: Engine, ref_audio: str, ref_text: str | None) -> Voice
     require_kind(engine, VoiceKind.BASE, "ref_audio")
     engine.check_clone_text(ref_text, "ref_text")
     wav = await audio_input.decode_async(audio_input.parse_ref_audio(ref_audio), "ref_audio")
-    return VoiceChoice(clone=await engine.clone_prompt(wav, ref_text, "ref_text"))
+    return VoiceChoice(clone=await engine.clone_prompt(wav, ref_text, "ref_text", kind="one_off"))
 
 
 def require_kind(engine: Engine, kind: VoiceKind, param: str) -> None:
@@ -81,12 +94,26 @@ def require_kind(engine: Engine, kind: VoiceKind, param: str) -> None:
                              f"{_KINDS[engine.voice_kind]}", param, "unsupported_model")
 
 
-def check_name(engine: Engine, name: str) -> None:
-    """A created voice's name is not blank, not an id and not one of the model's built-in voices (those win)."""
-    if not name.strip():
-        raise errors.invalid("name must not be blank", "name", "invalid_value")
-    if name.lower().startswith(ID_PREFIX):
+def check_name(engine: Engine, name: str) -> str:
+    """A created voice's name as it will be stored (`shown_name`). Refused also: an id, and a name that is, or looks
+    like, a built-in voice of the model (those win)."""
+    shown = shown_name(name)
+    if voice_names.key(shown).startswith(ID_PREFIX):
         raise errors.invalid(f"name must not start with '{ID_PREFIX}' (voice ids do)", "name", "invalid_value")
-    if name.lower() in engine.voices:
-        raise errors.invalid(f"'{name}' is a built-in voice of model '{engine.model_id}'; pick another name", "name",
+    skeleton = voice_names.skeleton(shown)
+    if builtin := next((b for b in engine.voices if voice_names.skeleton(b) == skeleton), None):
+        raise errors.invalid(f"'{shown}' is, or looks like, the built-in voice '{builtin}' of model "
+                             f"'{engine.model_id}'; pick another name", "name", "invalid_value")
+    return shown
+
+
+def shown_name(name: str) -> str:
+    """A voice's or consent's name as it will be stored (voice_names.display), which must show something."""
+    shown = voice_names.display(name)
+    if not voice_names.visible(shown):
+        raise errors.invalid("name must have a visible character (it is blank, or only invisible characters)",
+                             "name", "invalid_value")
+    if len(shown) > MAX_NAME_CHARS:
+        raise errors.invalid(f"name is longer than {MAX_NAME_CHARS} characters once normalised", "name",
                              "invalid_value")
+    return shown

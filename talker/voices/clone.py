@@ -1,22 +1,16 @@
 """A Base checkpoint's clone prompt: a reference recording → the speaker encoder's x-vector and, for in-context
 cloning, the 12 Hz tokenizer's codes of the recording, with its transcript. Computed once per voice, off the hot
-path: in a process of its own at the lowest CPU priority, with one torch thread, so that it shares neither the GIL
-with the Talker's thread nor a core with the playing streams while they need it."""
+path: in the voice process (talker/voices/process.py) at the lowest CPU priority, with one torch thread, so that it
+shares neither the GIL with the Talker's thread nor a core with the playing streams while they need it."""
 
 from __future__ import annotations
 
-import asyncio
-import multiprocessing
-import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from talker.device import lower_priority
-from talker.request import ClonePrompt, RequestError, RequestFailedError
+from talker.request import ClonePrompt, RequestError
 from talker.voices.codec_encoder import CodecEncoder, load_codec_encoder
 from talker.voices.speaker_encoder import SpeakerEncoder, load_speaker_encoder
 
@@ -57,48 +51,3 @@ class Encoders:
                 raise RequestError(f"this checkpoint cannot clone voices: it has no {missing}", param="model")
             self._loaded = speaker, codec
         return self._loaded
-
-
-_ENCODERS: dict[str, Encoders] = {}  # in the voice process: one checkpoint's encoders, kept between creations
-
-
-def _start() -> None:
-    torch.set_num_threads(1)
-    lower_priority(VOICE_NICE)
-
-
-def _prompt(directory: str, wav: np.ndarray, transcript: str | None) -> ClonePrompt:
-    encoders = _ENCODERS.setdefault(directory, Encoders(Path(directory)))
-    return encoders.prompt(wav, transcript)
-
-
-class VoiceEncoder:
-    """The engine's side: creations go to the voice process (started on the first, restarted if it dies)."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self._lock = threading.Lock()
-        self._pool: ProcessPoolExecutor | None = None
-
-    async def create(self, wav: np.ndarray, transcript: str | None) -> ClonePrompt:
-        pool = self._process()
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(pool, _prompt, str(self.directory), wav, transcript)
-        except BrokenProcessPool:
-            with self._lock:
-                if self._pool is pool:
-                    self._pool = None  # the next creation starts a new process
-            raise RequestFailedError("the voice encoder process died; try again", code="voice_encoder_error") from None
-
-    def _process(self) -> ProcessPoolExecutor:
-        with self._lock:
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(1, multiprocessing.get_context("spawn"), initializer=_start)
-            return self._pool
-
-    def close(self) -> None:
-        with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)

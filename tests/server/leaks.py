@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 LEAK_GAUGES = ("talkstream_active_requests", "talkstream_slots_in_use", "talkstream_queued_requests",
                "talkstream_codec_jobs_in_flight", "talkstream_codec_streams", "talkstream_output_routes",
-               "talkstream_open_encoders",
+               "talkstream_clone_jobs", "talkstream_open_encoders",
                'talkstream_open_responses{protocol="http"}', 'talkstream_open_responses{protocol="ws"}')
 
 
