@@ -59,6 +59,7 @@ class Engine:
         self._loaded: Loaded | None = None
         self._outputs: dict[str, RequestOutput] = {}
         self._inputs: dict[str, SpeechInput] = {}  # texts still arriving
+        self._blank: set[str] = set()  # streamed texts with no visible character yet: they take no admission place
         self._bridge: AsyncBridge | SyncBridge | None = None
         self._codec_pool: ThreadPoolExecutor | None = None
         self._cloning: Cloning | None = None  # Base checkpoints
@@ -180,7 +181,8 @@ class Engine:
             raise RequestError("request_id is already in use", param="request_id")
 
     def _submit_streaming(self, request: StreamingSpeechRequest) -> SpeechInput:
-        self.check_admission(1)
+        blank = not request.text.strip()  # admitted at its first visible character (`admit`)
+        self.check_admission(0 if blank else 1)
         assert self._loaded is not None and self.worker is not None
         frontend, worker, rid = self._loaded.frontend, self.worker, request.request_id
         s = frontend.prepare_stream(request)
@@ -197,8 +199,21 @@ class Engine:
                       feed=TextFeed(head[HEAD:], done))
             worker.send(Submit((seq,)))
 
+        def admit() -> bool:
+            """Its first visible character: it takes an admission place now, or ends (failed) if there is none."""
+            try:
+                self.check_admission(1)
+            except (EngineBusyError, EngineDeadError) as exc:
+                self._fail(out, exc)
+                return False
+            finally:
+                self._blank.discard(rid)
+            return True
+
+        if blank:
+            self._blank.add(rid)
         handle = SpeechInput(rid, out.stream, frontend.tokenizer.stream(), start, worker.send,
-                             self.config.tuning.text_width - 1, len(s.instruct or ()))
+                             self.config.tuning.text_width - 1, len(s.instruct or ()), admit if blank else None)
         self._inputs[rid] = handle
         if request.text:
             try:
@@ -252,17 +267,19 @@ class Engine:
 
     def check_admission(self, n: int = 1) -> None:
         """Raises what `submit` would for `n` new requests on account of the engine: not ready (or dead), or full.
-        A route calls it before work of its own on a request (a voice to clone), so that work is not wasted."""
+        A route calls it before work of its own on a request (a voice to clone), so that work is not wasted. Every
+        request in flight takes a place (waiting for text too, parked or not), but a streamed text still blank."""
         if self.state is EngineState.DEAD:
             raise EngineDeadError(f"the engine is dead: {self.dead_reason}")
         if self.state is not EngineState.READY:
             raise EngineDeadError(f"the engine is {self.state.value}")
-        if self.active_requests() + n > self.config.max_batch + self.config.max_queue:
+        if self.active_requests() - len(self._blank) + n > self.config.max_batch + self.config.max_queue:
             raise EngineBusyError("the server is at capacity; retry shortly", retry_after_s=1.0)
 
     def active_requests(self) -> int:
         for rid in [rid for rid, out in self._outputs.items() if out.stream.done]:
             del self._outputs[rid]
+            self._blank.discard(rid)
         return len(self._outputs)
 
     def _first_due(self) -> bool:
@@ -272,6 +289,7 @@ class Engine:
 
     def _abort(self, request_id: str) -> None:
         self._inputs.pop(request_id, None)
+        self._blank.discard(request_id)
         out = self._outputs.pop(request_id, None)
         if out is not None and self.pipeline is not None:
             self.pipeline.abandon(out)

@@ -31,7 +31,8 @@ class SpeechInput:
     failed) does nothing."""
 
     def __init__(self, request_id: str, stream: AudioStream, text: TextStream, start: Start,
-                 send: Callable[[Feed], None], max_tokens: int, base_tokens: int = 0) -> None:
+                 send: Callable[[Feed], None], max_tokens: int, base_tokens: int = 0,
+                 admit: Callable[[], bool] | None = None) -> None:
         self.request_id, self.stream = request_id, stream
         self.finished = False  # no more text
         self.timed_out = False
@@ -41,6 +42,7 @@ class SpeechInput:
         self._head: list[int] | None = []  # tokens released before it started; None once started
         self._released = 0  # tokens released, the role's included
         self._max_tokens, self._base_tokens = max_tokens, base_tokens
+        self._admit = admit  # a blank text's admission, asked at its first visible character (None: admitted)
 
     @property
     def text(self) -> str:
@@ -59,6 +61,10 @@ class SpeechInput:
             # only visible text is activity: empty or blank pieces (or bytes that complete no character) cost
             # nothing against the budget, or little, and would otherwise keep a text open forever
             self.last_append = time.monotonic()
+            if self._admit is not None:
+                admit, self._admit = self._admit, None
+                if not admit():
+                    return  # refused: its stream has ended with the reason
         self._take(tokens, done=False)
 
     def finish(self) -> None:

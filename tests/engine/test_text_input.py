@@ -22,7 +22,14 @@ from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.text_input import SpeechInput
 from output_builder.streams import AudioStream
-from talker.request import FinishReason, RequestError, SpeechRequest, StreamingSpeechRequest, TextLayout
+from talker.request import (
+    EngineBusyError,
+    FinishReason,
+    RequestError,
+    SpeechRequest,
+    StreamingSpeechRequest,
+    TextLayout,
+)
 
 TEXT = "Hi there, it's 42."
 SETTINGS = [{"seed": 5}, {"seed": 6, "temperature": 0.0}]  # seeded sampling, and greedy
@@ -263,3 +270,31 @@ async def test_empty_and_blank_appends_do_not_keep_a_text_open(engine: Engine) -
     assert handle.timed_out and handle.finished
     await collect(handle.stream)
     assert handle.stream.finish_reason is FinishReason.EOS
+
+
+async def test_a_blank_text_takes_no_admission_place_until_its_first_word(engine_config: EngineConfig) -> None:
+    """Idle streamed texts of blanks cannot lock ordinary requests out; the first word asks for a place, and a full
+    engine ends that request (its stream fails with EngineBusyError) instead of leaving it hanging."""
+    e = Engine(dataclasses.replace(engine_config, max_batch=1, max_queue=0))
+    await e.start()
+    try:
+        blanks = [e.submit(StreamingSpeechRequest(text=text, seed=i)) for i, text in enumerate(["", " ", "\n", ""])]
+        for handle in blanks:
+            handle.append("  ")
+        ordinary = e.submit(SpeechRequest(text="Still served.", seed=1))  # the one place
+        with pytest.raises(EngineBusyError):
+            e.submit(SpeechRequest(text="But only one.", seed=2))
+        blanks[0].append("Now words")  # refused: the place is taken
+        with pytest.raises(EngineBusyError):
+            await collect(blanks[0].stream)
+        assert await collect(ordinary)
+        blanks[1].append("Now words, and a place.")
+        blanks[1].finish()
+        assert await collect(blanks[1].stream) and blanks[1].stream.finish_reason is FinishReason.EOS
+        blanks[2].finish()  # blank to its end: nothing to speak
+        assert await collect(blanks[2].stream) == b"" and blanks[2].stream.finish_reason is FinishReason.EOS
+        blanks[3].stream.cancel()
+        await wait_until(lambda: e.active_requests() == 0)
+        assert not e._blank
+    finally:
+        await e.stop()

@@ -212,3 +212,32 @@ async def test_a_commit_after_a_quiet_timeout_is_that_end_not_an_error() -> None
     text.buffer.append("more")  # but text after it is not that end
     with pytest.raises(AssertionError, match="not asked"):
         await text.commit()
+
+
+def test_blank_texts_take_no_place_and_a_refused_first_word_fails_its_response(
+        make_server: Callable[..., LiveServer]) -> None:
+    """Idle sessions streaming blanks do not lock others out; the first word of one asks for a place, and when the
+    server is full its response ends `failed` (server_busy), not hanging."""
+    server = make_server(max_batch=1, max_queue=0)
+    with connect(server.ws_url, max_size=None, open_timeout=30) as idle, \
+            connect(server.ws_url, max_size=None, open_timeout=30) as busy, \
+            httpx.Client(base_url=server.url, timeout=60) as http:
+        session(idle, seed=1)
+        session(busy, seed=2)
+        send(idle, "input_text_buffer.append", text="  ")
+        assert [recv(idle)["type"] for _ in OPENING] == OPENING
+        body = {"model": "tiny", "input": "Served beside a blank text.", "voice": "alloy", "response_format": "pcm"}
+        assert http.post("/v1/audio/speech", json=body).status_code == 200
+        send(busy, "input_text_buffer.append", text="These words take the only place")
+        opening = [recv(busy) for _ in OPENING]
+        send(idle, "input_text_buffer.append", text="Hello")
+        events, _ = until_done(idle)
+        done = events[-1]["response"]
+        assert done["status"] == "failed" and done["status_details"]["error"]["code"] == "server_busy"
+        send(busy, "input_text_buffer.commit")
+        events, audio = until_done(busy)
+        assert_completed(opening + events, audio)
+        send(idle, "input_text_buffer.append", text="Now there is room.")
+        send(idle, "input_text_buffer.commit")
+        assert_completed(*until_done(idle))
+    assert not wait_no_leaks(server.url)
