@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
@@ -27,7 +28,8 @@ from server.limits import BodyLimit
 from server.metrics import CONTENT_TYPE, Metrics
 from server.protocol import Health, ModelCard, ModelList
 from server.state import ServerState, authorize, server_state, state_of
-from server.voice_store import VoiceStore, default_data_dir
+from server.voice_db import StorageError
+from server.voice_store import Quota, VoiceStore, default_data_dir
 
 log = logging.getLogger("talkstream.server")
 DEAD_POLL_S = 0.5
@@ -39,14 +41,14 @@ DOCS_ASSETS = "/docs-assets"
 def create_app(
     config: EngineConfig | Sequence[EngineConfig], api_key: str | None = None, *, shutdown_timeout: float = 10.0,
     encode_threads: int = 4, exit_on_dead: bool = False, cors_origins: list[str] | None = None,
-    log_input: bool = False, data_dir: Path | None = None,
+    log_input: bool = False, data_dir: Path | None = None, voice_quota: Quota | None = None,
 ) -> FastAPI:
     """The Talkstream app, serving one model per config (each with an engine of its own; the first is the default).
     The engines load in the background, so `/health` answers 503 until all are ready.
 
     `exit_on_dead` (set by `talkstream serve`, never by in-process test servers): once an engine is dead the
     process exits with status 3 after a short grace period, so a supervisor restarts it. `data_dir`: where the voice
-    library lives (server/voice_store.py; default `default_data_dir()`).
+    library lives (server/voice_store.py; default `default_data_dir()`), and `voice_quota` what it may hold.
     """
     engines: dict[str, Engine] = {}
     for c in [config] if isinstance(config, EngineConfig) else config:
@@ -56,7 +58,7 @@ def create_app(
         engines[engine.model_id] = engine
     state = ServerState(engines, Metrics(), ThreadPoolExecutor(encode_threads, "encoder"),
                         api_key or None, shutdown_timeout, log_input=log_input, exit_on_dead=exit_on_dead,
-                        library=VoiceStore(data_dir or default_data_dir()))
+                        library=VoiceStore(data_dir or default_data_dir(), voice_quota))
     app = FastAPI(title="Talkstream", version="0.1.0", lifespan=_lifespan, docs_url=None, redoc_url=None,
                   description="Streaming text-to-speech, compatible with OpenAI's speech and Realtime APIs.")
     app.state.talkstream = state
@@ -150,6 +152,8 @@ def _public_router() -> APIRouter:
     @router.get("/metrics", response_class=Response)
     async def metrics(request: Request) -> Response:
         state = server_state(request)
+        with contextlib.suppress(StorageError):  # an unreadable library leaves its gauges as they were
+            state.metrics.library(await asyncio.to_thread(state.library.usage), state.library.quota)
         return Response(state.metrics.scrape(list(state.engines.values())), media_type=CONTENT_TYPE)
 
     return router

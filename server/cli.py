@@ -13,6 +13,7 @@ from typing import Any, BinaryIO
 
 from engine import EngineConfig, api_key_from_env, resolve_checkpoint
 from server import cli_ray, cli_voices
+from server.voice_db import Quota
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 EXTENSIONS = {".wav": "wav", ".mp3": "mp3", ".opus": "opus", ".ogg": "opus", ".aac": "aac", ".flac": "flac",
@@ -44,6 +45,11 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", type=Path, default=None,
                        help="where created voices are kept (default: TALKSTREAM_DATA_DIR, else "
                             "$XDG_DATA_HOME/talkstream, else ~/.local/share/talkstream)")
+    serve.add_argument("--voice-storage-quota", type=int, default=None, metavar="BYTES",
+                       help="bytes of consent recordings and voice data the voice library may hold (default "
+                            "TALKSTREAM_VOICE_STORAGE_QUOTA, else 1 GiB)")
+    serve.add_argument("--max-voices", type=int, default=None,
+                       help="created voices the library may hold (default TALKSTREAM_MAX_VOICES, else 1000)")
     cli_ray.add_flags(serve)
 
     say = sub.add_parser("say", help="synthesize TEXT into a file, streaming")
@@ -148,6 +154,7 @@ def serve(args: argparse.Namespace) -> int:
         raise ValueError("--max-connections must be at least 1")
     raise_open_file_limit()  # before the options: the default connection limit is derived from it
     origins = [o.strip() for o in args.cors_origins.split(",") if o.strip()] if args.cors_origins else None
+    quota = Quota.from_env(args.voice_storage_quota, args.max_voices)
     configs = engine_configs(args)
     for config in configs:
         if config.model != "tiny":  # fetched (with progress bars) or found in the cache now, so that a bad id or an
@@ -157,7 +164,8 @@ def serve(args: argparse.Namespace) -> int:
     if args.ray:  # replicas on Ray Serve, behind its proxy (server/cli_ray.py)
         return cli_ray.serve(args, configs, args.api_key or api_key_from_env(), origins)
     app = create_app(configs, args.api_key or api_key_from_env(), shutdown_timeout=args.shutdown_timeout,
-                     exit_on_dead=True, cors_origins=origins, log_input=args.log_input, data_dir=args.data_dir)
+                     exit_on_dead=True, cors_origins=origins, log_input=args.log_input, data_dir=args.data_dir,
+                     voice_quota=quota)
     # the drain (SIGTERM) already let streams finish within --shutdown-timeout: uvicorn's own wait is a backstop
     uv = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                         timeout_graceful_shutdown=UVICORN_SHUTDOWN_S,

@@ -86,6 +86,7 @@ def ray_options(args: argparse.Namespace, configs: list[EngineConfig], api_key: 
     return RayOptions(replicas=args.replicas, max_replicas=args.max_replicas, target_streams=args.target_streams,
                       num_cpus=args.cpus_per_replica, num_gpus=gpus, api_key=api_key,
                       shutdown_timeout=args.shutdown_timeout, data_dir=args.data_dir, log_input=args.log_input,
+                      voice_storage_quota=args.voice_storage_quota, max_voices=args.max_voices,
                       cors_origins=tuple(cors_origins or ())).validate()
 
 

@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine import EngineBusyError, EngineDeadError, RequestError, RequestFailedError
 from server.protocol import ErrorDetail, ErrorEnvelope
+from server.voice_db import QuotaExceededError, StorageError, StorageFullError
 
 log = logging.getLogger("talkstream.server")
 
@@ -89,6 +90,12 @@ def from_exception(exc: BaseException) -> ApiError:
             return ApiError(429, str(exc), ErrorType.RATE_LIMIT, code="server_busy", retry_after=exc.retry_after_s)
         case EngineDeadError():
             return unavailable(str(exc))
+        case QuotaExceededError():  # the client can make room: 507, as WebDAV's Insufficient Storage
+            return ApiError(507, str(exc), ErrorType.INVALID_REQUEST, code=exc.code)
+        case StorageFullError():
+            return ApiError(507, str(exc), ErrorType.SERVER, code=exc.code)
+        case StorageError():  # read-only, missing, damaged or locked: the voice library is unavailable
+            return ApiError(503, str(exc), ErrorType.SERVER, code=exc.code)
         case _:
             return ApiError(500, "internal error while generating speech", ErrorType.SERVER, code="internal_error")
 
@@ -145,7 +152,7 @@ def install(app: FastAPI, on_error: Callable[[ApiError], None]) -> None:
         log.exception("unhandled error in %s %s", request.method, request.url.path, exc_info=exc)
         return respond(from_exception(exc))
 
-    for known in (ApiError, RequestError, RequestFailedError, EngineBusyError, EngineDeadError):
+    for known in (ApiError, RequestError, RequestFailedError, EngineBusyError, EngineDeadError, StorageError):
         app.add_exception_handler(known, api_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)

@@ -49,6 +49,7 @@ from server.app import DEAD_GRACE_S, create_app
 from server.drain import drain
 from server.metrics import CONTENT_TYPE
 from server.state import ServerState, state_of
+from server.voice_db import Quota
 
 log = logging.getLogger("talkstream.ray")
 APP_NAME = "talkstream"  # at /
@@ -79,6 +80,8 @@ class RayOptions:
     api_key: str | None = None
     shutdown_timeout: float = 10.0
     data_dir: Path | None = None  # the voice library's: each replica has its own unless they share this directory
+    voice_storage_quota: int | None = None  # what each replica's voice library may hold (server/voice_db.Quota)
+    max_voices: int | None = None
     cors_origins: tuple[str, ...] = ()
     log_input: bool = False
 
@@ -153,7 +156,8 @@ class Replica:
     def __serve_build_asgi_app__(self) -> ASGIApp:
         opts = self.options
         app = create_app(self.configs, opts.api_key, shutdown_timeout=opts.shutdown_timeout, data_dir=opts.data_dir,
-                         cors_origins=list(opts.cors_origins) or None, log_input=opts.log_input)
+                         cors_origins=list(opts.cors_origins) or None, log_input=opts.log_input,
+                         voice_quota=Quota.from_env(opts.voice_storage_quota, opts.max_voices))
         self.state = state_of(app)
         inner = app.router.lifespan_context
         app.router.lifespan_context = lambda a: self._lifespan(a, inner)

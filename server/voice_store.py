@@ -1,12 +1,16 @@
 """The voice library: consent recordings and the voices made from them (or from a description), in SQLite in the
 data directory. Blocking: routes call it through `asyncio.to_thread`. One connection behind a lock serves every
-thread, so concurrent creations are applied one after another; each write is one transaction.
+thread, so concurrent creations are applied one after another; each write is one transaction. The file, its
+schema, the quota and what storage failures mean are server/voice_db.py's; names are compared as
+server/voice_names.py says.
 
-The database file is made on the first write: a server that never stores a voice writes nothing to disk."""
+The database file is made on the first write: a server that never stores a voice writes nothing to disk; a missing
+directory reads as an empty library, and one that cannot be written is read as it is (writes fail, reads work)."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import secrets
 import sqlite3
@@ -21,34 +25,13 @@ from typing import Any, Literal
 import numpy as np
 
 from engine import ClonePrompt
+from server import voice_db, voice_names
+from server.voice_db import DB_NAME, Quota, Usage
 
-DB_NAME = "voices.sqlite3"
+__all__ = ["DB_NAME", "ConsentInUseError", "NameTakenError", "Quota", "StoredVoice", "Usage", "VoiceStore"]
+log = logging.getLogger("talkstream.server")
+
 VoiceType = Literal["audio_sample", "prompt"]
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS consents (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    language TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
-    recording BLOB NOT NULL,  -- the file as uploaded: the record of what was consented to
-    sha256 TEXT NOT NULL,
-    seconds REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS voices (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL COLLATE NOCASE,  -- voice names are matched as built-in ones are, without case
-    type TEXT NOT NULL CHECK (type IN ('audio_sample', 'prompt')),
-    model TEXT NOT NULL,  -- the served model id it was made for: an x-vector belongs to one speaker encoder
-    created_at INTEGER NOT NULL,
-    prompt TEXT,  -- a designed voice's description
-    transcript TEXT,  -- a cloned voice's reference words (in-context cloning)
-    x_vector BLOB,  -- float32, little-endian
-    ref_codes BLOB,  -- int32, little-endian, [ref_frames][codebooks]
-    ref_frames INTEGER,
-    consent_id TEXT REFERENCES consents(id),
-    UNIQUE (model, name)
-);
-"""
 
 
 def default_data_dir() -> Path:
@@ -91,17 +74,20 @@ class ConsentInUseError(ValueError):
 
 
 class VoiceStore:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, quota: Quota | None = None) -> None:
         self.path = data_dir / DB_NAME
+        self.quota = quota or Quota()
         self._db: sqlite3.Connection | None = None
+        self._writable = False
+        self._key = "name_key"  # the column lookups by name compare (voice_db.key_column)
         self._lock = threading.Lock()
 
     # Consents -----------------------------------------------------------------------------------------------
     def add_consent(self, name: str, language: str, recording: bytes, seconds: float) -> Consent:
-        consent = Consent(new_id("cons"), name, language, int(time.time()), round(seconds, 3))
-        with self._write() as db:
+        consent = Consent(new_id("cons"), voice_names.display(name), language, int(time.time()), round(seconds, 3))
+        with self._write("storing the consent", len(recording), 0) as db:
             db.execute("INSERT INTO consents VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       (consent.id, name, language, consent.created_at, recording,
+                       (consent.id, consent.name, language, consent.created_at, recording,
                         hashlib.sha256(recording).hexdigest(), consent.seconds))
         return consent
 
@@ -119,15 +105,15 @@ class VoiceStore:
     def rename_consent(self, consent_id: str, name: str) -> Consent | None:
         if not self._exists():
             return None
-        with self._write() as db:
-            db.execute("UPDATE consents SET name = ? WHERE id = ?", (name, consent_id))
+        with self._write("renaming the consent") as db:
+            db.execute("UPDATE consents SET name = ? WHERE id = ?", (voice_names.display(name), consent_id))
         return self.consent(consent_id)
 
     def delete_consent(self, consent_id: str) -> bool:
         """Refused (ConsentInUseError) while voices made under it exist: delete those first."""
         if not self._exists():
             return False
-        with self._write() as db:
+        with self._write("deleting the consent") as db:
             users = [r[0] for r in db.execute("SELECT id FROM voices WHERE consent_id = ? ORDER BY rowid",
                                               (consent_id,))]
             if users:
@@ -138,18 +124,23 @@ class VoiceStore:
     def add_voice(self, name: str, model: str, *, clone: ClonePrompt | None = None, prompt: str | None = None,
                   consent_id: str | None = None) -> StoredVoice:
         """A cloned voice (`clone`, made before this call: a failed clone stores nothing) or a designed one
-        (`prompt`). NameTakenError if `model` has a voice of that name; KeyError if the consent is gone."""
+        (`prompt`). NameTakenError if `model` has a voice of that name (voice_names.key); KeyError if the consent is
+        gone; QuotaExceededError past the quota."""
+        name = voice_names.display(name)
         voice = StoredVoice(new_id("voice"), name, "audio_sample" if clone else "prompt", model, int(time.time()),
                             prompt, clone, consent_id)
         x_vector, codes, frames = _pack(clone)
-        with self._write() as db:
+        transcript = clone.ref_text if clone else None
+        size = sum(len(b) for b in (x_vector, codes, (prompt or "").encode(), (transcript or "").encode()) if b)
+        with self._write("storing the voice", size, 1) as db:
             if consent_id is not None and db.execute("SELECT 1 FROM consents WHERE id = ?",
                                                      (consent_id,)).fetchone() is None:
                 raise KeyError(consent_id)
             try:
-                db.execute("INSERT INTO voices VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                           (voice.id, name, voice.type, model, voice.created_at, prompt,
-                            clone.ref_text if clone else None, x_vector, codes, frames, consent_id))
+                db.execute("INSERT INTO voices (id, name, type, model, created_at, prompt, transcript, x_vector, "
+                           "ref_codes, ref_frames, consent_id, name_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           (voice.id, name, voice.type, model, voice.created_at, prompt, transcript, x_vector, codes,
+                            frames, consent_id, voice_names.key(name)))
             except sqlite3.IntegrityError:
                 raise NameTakenError(name) from None
         return voice
@@ -159,8 +150,15 @@ class VoiceStore:
         return _voice(rows[0]) if rows else None
 
     def voice_named(self, model: str, name: str) -> StoredVoice | None:
-        rows = self._read(f"{_VOICE} WHERE model = ? AND name = ?", (model, name))
+        """By name as voice_names compares them: one row, through the key's index."""
+        rows = self._read(f"{_VOICE} WHERE model = ? AND {self._key} = ? LIMIT 1", (model, voice_names.key(name)),
+                          keyed=True)
         return _voice(rows[0]) if rows else None
+
+    def names(self, model: str, limit: int) -> list[str]:
+        """The names of `model`'s latest `limit` voices, and nothing else of them."""
+        return [r[0] for r in self._read("SELECT name FROM voices WHERE model = ? ORDER BY rowid DESC LIMIT ?",
+                                         (model, limit))]
 
     def voices(self, model: str | None = None) -> list[StoredVoice]:
         """Every voice (of `model`), oldest first."""
@@ -171,45 +169,80 @@ class VoiceStore:
     def delete_voice(self, voice_id: str) -> bool:
         if not self._exists():
             return False
-        with self._write() as db:
+        with self._write("deleting the voice") as db:
             return db.execute("DELETE FROM voices WHERE id = ?", (voice_id,)).rowcount > 0
+
+    # Quota ------------------------------------------------------------------------------------------------------
+    def usage(self) -> Usage:
+        """What the library holds (one query); nothing when it has no file."""
+        with self._lock, self._translated("reading the voice library's size"):
+            db = self._open(write=False)
+            return Usage() if db is None else voice_db.usage(db)
+
+    def check_room(self, more_bytes: int, more_voices: int) -> None:
+        """QuotaExceededError unless the quota has room for so much more (checked again when it is stored)."""
+        voice_db.check_room(self.quota, self.usage(), more_bytes, more_voices)
 
     def close(self) -> None:
         with self._lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+            self._close()
 
     # Connection ------------------------------------------------------------------------------------------------
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One transaction: committed when the block ends, rolled back if it raises."""
-        with self._lock:
-            db = self._open(create=True)
+    def _write(self, action: str, more_bytes: int = 0, more_voices: int = 0) -> Iterator[sqlite3.Connection]:
+        """One transaction, with the quota checked inside it: committed when the block ends, rolled back if it
+        raises. A failure of the storage is a StorageError saying which `action` failed."""
+        with self._lock, self._translated(action, more_bytes):
+            db = self._open(write=True)
             assert db is not None
             with db:
+                db.execute("BEGIN IMMEDIATE")  # the quota's sums and the insert, with no other writer between
+                if more_bytes or more_voices:
+                    voice_db.check_room(self.quota, voice_db.usage(db), more_bytes, more_voices)
                 yield db
 
-    def _read(self, sql: str, args: tuple[object, ...]) -> list[tuple[Any, ...]]:
-        with self._lock:
-            db = self._open(create=False)
-            return [] if db is None else db.execute(sql, args).fetchall()
+    def _read(self, sql: str, args: tuple[object, ...], keyed: bool = False) -> list[tuple[Any, ...]]:
+        with self._lock, self._translated("reading the voice library"):
+            db = self._open(write=False)
+            if db is None:
+                return []
+            return db.execute(sql.replace("name_key", self._key) if keyed else sql, args).fetchall()
+
+    @contextmanager
+    def _translated(self, action: str, more_bytes: int = 0) -> Iterator[None]:
+        try:
+            yield
+        except (sqlite3.Error, OSError) as exc:
+            failure = voice_db.failure(exc, self.path, action, more_bytes)
+            if failure is None:
+                raise
+            log.warning("%s", failure)
+            raise failure from exc
 
     def _exists(self) -> bool:
         """Whether there is a database: changing what is not there must not make one."""
         return self._db is not None or self.path.exists()
 
-    def _open(self, create: bool) -> sqlite3.Connection | None:
-        if self._db is None:
-            if not create and not self.path.exists():
-                return None
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, check_same_thread=False, timeout=10.0)  # the lock keeps it one at a time
-            db.execute("PRAGMA journal_mode = WAL")  # another process reading (a second server) does not block writes
-            db.execute("PRAGMA foreign_keys = ON")
-            db.executescript(_SCHEMA)
-            self._db = db
+    def _open(self, write: bool) -> sqlite3.Connection | None:
+        """The connection: writable when it can be, else (for reads) read-only; None for reads with no file."""
+        if self._db is not None and (self._writable or not write):
+            return self._db
+        if not write and not self.path.exists():
+            return None
+        self._close()  # read-only: a write tries again, the directory may be writable by now
+        try:
+            self._db, self._writable = voice_db.open_writable(self.path), True
+        except (sqlite3.Error, OSError):
+            if write:
+                raise
+            self._db, self._writable = voice_db.open_read_only(self.path), False
+        self._key = voice_db.key_column(self._db)
         return self._db
+
+    def _close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
 
 
 _VOICE = ("SELECT id, name, type, model, created_at, prompt, transcript, x_vector, ref_codes, ref_frames, consent_id "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import io
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from engine.config import EngineConfig
 from server import cli
 from server.audio_input import MAX_BYTES
 from server.state import state_of
+from server.voice_store import Quota
 from tests.conftest import OFFICIAL_BASE, OFFICIAL_VD, VOICE_REF, VOICE_REF_TEXT
 from tests.server.conftest import LiveServer, start_server
 from tests.server.realtime_client import recv, send, until_done
@@ -194,7 +195,7 @@ def test_every_bad_input_is_a_4xx_envelope_and_stores_nothing(lib: LiveServer) -
             "name": "c", "language": "en"}, files={"recording": ("s.wav", silent_wav())}, timeout=30)),
         ("invalid_value", 400, "language", httpx.post(f"{url}/voice_consents", data={
             "name": "c", "language": "English!"}, files={"recording": ("r.wav", REF)}, timeout=30)),
-        ("invalid_value", 400, "voice", speak(lib, model=BASE, voice="nobody")),
+        ("invalid_value", 400, "voice", speak(lib, model=BASE, voice="Takn")),
         ("unsupported_url", 400, "ref_audio", speak(lib, model=BASE, ref_audio="https://example.com/a.wav")),
         ("unsupported_model", 400, "ref_audio", speak(lib, model=VD, ref_audio=base64.b64encode(REF).decode())),
         ("invalid_value", 400, "ref_text", speak(lib, model=BASE, ref_text="words")),
@@ -209,7 +210,7 @@ def test_every_bad_input_is_a_4xx_envelope_and_stores_nothing(lib: LiveServer) -
         assert (resp.status_code, error["code"], error["param"]) == (status, code, param), resp.text
         assert set(error) == {"message", "type", "param", "code"} and error["message"]
     unknown = cases[15][3].json()["error"]["message"]
-    assert "created voices: " in unknown and "Taken" in unknown  # the created voices are named too
+    assert "did you mean 'Taken'" in unknown and "GET /v1/audio/voices" in unknown  # a close match, and the list
     assert {m: created(lib, m) for m in (BASE, VD)} == before and store.consents(limit=100) == consents_before
 
 
@@ -264,7 +265,7 @@ def test_a_realtime_session_speaks_a_created_voice(lib: LiveServer) -> None:
         assert got.shape == want.shape and np.abs(got - want).max() < 1e-4  # max_output_tokens: the whole of it
         send(conn, "session.update", session={"voice": "nobody"})
         error = next(e for e in iter(lambda: recv(conn), None) if e["type"] == "error")["error"]
-        assert error["param"] == "session.voice" and "created voices: " in error["message"]
+        assert error["param"] == "session.voice" and "GET /v1/audio/voices" in error["message"]
 
 
 def test_the_cli_adds_lists_speaks_and_removes_voices(lib: LiveServer, tmp_path: Path,
@@ -287,3 +288,97 @@ def test_the_cli_adds_lists_speaks_and_removes_voices(lib: LiveServer, tmp_path:
     assert cli.main(["voices", "add", "Silent", str(VOICE_REF), "--model", VD, *flags]) == 2
     assert "needs a Base checkpoint" in capsys.readouterr().err
     assert all(c.name != "Silent" for c in state_of(lib.app).library.consents(limit=100)[0])  # its consent went too
+
+
+def test_names_are_trimmed_normalised_and_compared_case_folded(lib: LiveServer) -> None:
+    def design(name: str) -> httpx.Response:
+        return httpx.post(lib.url + "/v1/audio/voices", json={"type": "prompt", "name": name, "prompt": DESIGN,
+                                                              "model": VD}, timeout=30)
+
+    first = design("  Ärger\u200b ")
+    assert first.status_code == 200 and first.json()["name"] == "Ärger", first.text  # trimmed, stored so
+    for same in ("ärger", "ÄRGER", "A\u0308rger", "Är\u200bger"):  # case, decomposed, a zero-width space inside
+        resp = design(same)
+        assert (resp.status_code, resp.json()["error"]["code"]) == (409, "voice_name_taken"), same
+    assert speak(lib, model=VD, voice="ärger ").status_code == 200  # looked up by the same key
+    lookalikes = ["alloy ", "ＡＬＬＯＹ", "\u0430llo\u0443", "al\u200dloy", "\u200balloy", "Ech\u03bf", "ｖｏｉｃｅ_x"]
+    for name in [*lookalikes, "\u200b\u200c\u2060", "\u3164", " \u00a0\t", "\u0301"]:
+        resp = design(name)
+        error = resp.json()["error"]
+        assert (resp.status_code, error["code"], error["param"]) == (400, "invalid_value", "name"), name
+    assert "looks like, the built-in voice 'alloy'" in design("\u0430lloy").json()["error"]["message"]
+    names = [v["name"] for v in created(lib, VD)]
+    assert [n for n in names if "rger" in n.lower() or "ll" in n.lower() or n.lower().startswith("ech")] == ["Ärger"]
+
+
+def test_a_field_given_twice_is_refused(lib: LiveServer) -> None:
+    url = lib.url + "/v1/audio/voice_consents"
+    two_files = httpx.post(url, data={"name": "twice", "language": "en-US"},
+                           files=[("recording", ("a.wav", REF)), ("recording", ("b.wav", silent_wav()))], timeout=60)
+    two_names = httpx.post(url, data={"name": ["one", "two"], "language": "en-US"},
+                           files={"recording": ("a.wav", REF)}, timeout=60)
+    blank = httpx.post(url, data={"name": "\u200b\u200b", "language": "en-US"}, files={"recording": ("a.wav", REF)},
+                       timeout=60)
+    for resp, field in ((two_files, "recording"), (two_names, "name"), (blank, "name")):
+        error = resp.json()["error"]
+        assert (resp.status_code, error["param"]) == (400, field), resp.text
+    assert two_files.json()["error"]["message"] == "recording: given more than once"
+    assert all(c.name not in {"twice", "one", "two"} for c in state_of(lib.app).library.consents(limit=100)[0])
+    cons = consent(lib, "  spaced\u200b ")
+    assert httpx.get(f"{url}/{cons}", timeout=30).json()["name"] == "spaced"
+
+
+def test_the_quota_is_a_507_and_metrics_show_the_library(configs: list[EngineConfig], tmp_path: Path) -> None:
+    server = start_server(configs[1], data_dir=tmp_path, quota=Quota(max_bytes=len(REF) * 3 // 2, max_voices=1))
+    try:
+        first = consent(server)
+        over = httpx.post(server.url + "/v1/audio/voice_consents", data={"name": "second", "language": "en-US"},
+                          files={"recording": ("ref.wav", REF)}, timeout=60)
+        design = {"type": "prompt", "prompt": DESIGN, "model": VD}
+        voice = httpx.post(server.url + "/v1/audio/voices", json={**design, "name": "One"}, timeout=30)
+        too_many = httpx.post(server.url + "/v1/audio/voices", json={**design, "name": "Two"}, timeout=30)
+        metrics = httpx.get(server.url + "/metrics", timeout=30).text
+    finally:
+        server.stop()
+    assert first and voice.status_code == 200, voice.text
+    for resp in (over, too_many):
+        error = resp.json()["error"]
+        assert (resp.status_code, error["code"]) == (507, "storage_quota_exceeded"), resp.text
+    assert "--voice-storage-quota" in over.json()["error"]["message"]
+    assert "--max-voices" in too_many.json()["error"]["message"]
+    gauges = dict(line.rsplit(" ", 1) for line in metrics.splitlines() if line.startswith("talkstream_voice_library"))
+    assert float(gauges["talkstream_voice_library_bytes"]) == len(REF) + len(DESIGN.encode())
+    assert (gauges["talkstream_voice_library_voices"], gauges["talkstream_voice_library_consents"]) == ("1.0", "1.0")
+    assert float(gauges["talkstream_voice_library_quota_bytes"]) == len(REF) * 3 // 2
+    assert float(gauges["talkstream_voice_library_max_voices"]) == 1
+
+
+def test_an_unknown_voice_is_a_small_error_and_a_cheap_lookup(make_server: Callable[..., LiveServer],
+                                                              tmp_path: Path) -> None:
+    server = make_server(data_dir=tmp_path)
+    store = state_of(server.app).library
+    for i in range(1000):  # through the store: a thousand creations over HTTP would take long
+        store.add_voice(f"Voice number {i}", server.engine.model_id, prompt=DESIGN)
+    statements: list[str] = []
+    assert store._db is not None
+    store._db.set_trace_callback(statements.append)
+    try:
+        miss = httpx.post(server.url + "/v1/audio/speech", json={"model": "tts-1", "input": TEXT,
+                                                                 "voice": "Voice numbr 7"}, timeout=30)
+        miss_sql = list(statements)  # with parameters in place
+        store.voice_named(server.engine.model_id, "voice number 7")
+    finally:
+        store._db.set_trace_callback(None)
+    error = miss.json()["error"]
+    assert miss.status_code == 400 and len(error["message"]) < 400, error
+    assert "did you mean" in error["message"] and error["message"].count("Voice number") <= 3
+    assert miss_sql and not [s for s in miss_sql if "FROM voices" in s and "LIMIT" not in s]  # no reading them all
+    lookup = statements[len(miss_sql):]
+    assert len(lookup) == 1
+    plan = " ".join(str(r) for r in store._db.execute("EXPLAIN QUERY PLAN " + lookup[0]))
+    assert "voices_by_key" in plan and "SCAN" not in plan  # one row, through the key's index
+    with connect(server.ws_url, max_size=None) as conn:
+        assert recv(conn)["type"] == "session.created"
+        send(conn, "session.update", session={"voice": "Voice numbr 7"})
+        event = next(e for e in iter(lambda: recv(conn), None) if e["type"] == "error")
+        assert len(event["error"]["message"]) < 400 and "did you mean" in event["error"]["message"]

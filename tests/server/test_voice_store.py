@@ -1,5 +1,6 @@
-"""The voice library's SQLite store: what goes in comes out (clone prompts bit for bit), names are unique per model,
-a failed write stores nothing, concurrent writers all land, and nothing is written until something is stored."""
+"""The voice library's SQLite store: what goes in comes out (clone prompts bit for bit), names are unique per model
+(compared as Unicode case folds), the quota counts recordings and voices, a failed write stores nothing, concurrent
+writers all land, and nothing is written until something is stored."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from server.voice_store import ConsentInUseError, NameTakenError, VoiceStore, default_data_dir
+from server.voice_db import QuotaExceededError
+from server.voice_store import ConsentInUseError, NameTakenError, Quota, Usage, VoiceStore, default_data_dir
 from talker.request import ClonePrompt
 
 X_VECTOR = tuple(np.random.default_rng(1).standard_normal(64).astype(np.float32).tolist())
@@ -58,6 +60,32 @@ def test_names_are_unique_per_model_without_case(store: VoiceStore) -> None:
         store.add_voice("CALM", "vd", prompt="other")
     store.add_voice("calm", "vd2", prompt="calm elsewhere")
     assert len(store.voices()) == 2
+
+
+def test_names_are_compared_by_their_unicode_keys(store: VoiceStore) -> None:
+    first = store.add_voice(" Ärger\u200b", "vd", prompt="calm")
+    assert first.name == "Ärger" and store.voice_named("vd", "ÄR\u200bGER") == first
+    for same in ("ärger", "A\u0308RGER"):  # SQLite's NOCASE folds ASCII only: these were new names before
+        with pytest.raises(NameTakenError):
+            store.add_voice(same, "vd", prompt="other")
+    assert [v.name for v in store.voices()] == ["Ärger"]
+
+
+def test_the_quota_counts_recordings_and_voices(tmp_path: Path) -> None:
+    store = VoiceStore(tmp_path, Quota(max_bytes=1000, max_voices=2))
+    try:
+        assert store.usage() == Usage()
+        store.add_consent("me", "en-US", bytes(600), 1.0)
+        with pytest.raises(QuotaExceededError):
+            store.add_consent("again", "en-US", bytes(600), 1.0)
+        store.add_voice("A", "vd", prompt="x" * 100)
+        store.add_voice("B", "vd", prompt="y")
+        with pytest.raises(QuotaExceededError):
+            store.add_voice("C", "vd", prompt="z")
+        assert store.usage() == Usage(bytes=701, voices=2, consents=1)
+        assert len(store.voices()) == 2 and len(store.consents()[0]) == 1
+    finally:
+        store.close()
 
 
 def test_a_failed_creation_stores_nothing(store: VoiceStore) -> None:
