@@ -22,7 +22,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from engine import Engine, EngineConfig, EngineState
-from server import errors, routes_realtime, routes_speech, routes_voices, web_page
+from server import audio_decoder, errors, routes_realtime, routes_speech, routes_voices, web_page
 from server.drain import DrainGate
 from server.limits import BodyLimit
 from server.metrics import CONTENT_TYPE, Metrics
@@ -86,6 +86,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state = state_of(app)
     state.start_task = asyncio.create_task(_start_engine(state), name="engine-start")
     watchdog = asyncio.create_task(_exit_when_dead(state), name="dead-watchdog") if state.exit_on_dead else None
+    audio_decoder.POOL.open()  # its processes start with the first upload; closed in _stop_engine
     try:
         yield
     finally:
@@ -132,6 +133,7 @@ async def _stop_engine(state: ServerState) -> None:
         for engine in state.engines.values():
             await engine.stop()
         await asyncio.to_thread(state.executor.shutdown, wait=True)
+        await asyncio.to_thread(audio_decoder.POOL.close)
         state.library.close()
 
 

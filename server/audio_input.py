@@ -1,30 +1,22 @@
 """Audio that clients send (a voice sample, a consent recording, a one-off `ref_audio`): decoded from any container
-PyAV reads into what the voice encoders take, 24 kHz mono float32 in [-1, 1]. Every refusal is a 400 whose message
-says what to change, with `param` naming the field."""
+PyAV reads into what the voice encoders take, 24 kHz mono float32 in [-1, 1], in a decoder process with a time and
+memory budget (server/audio_decoder.py; the decoding and its limits: server/decoder_process.py). Every refusal is a
+400 whose message says what to change, with `param` naming the field."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
-import io
 import re
 
-import av
 import numpy as np
 
-from server import errors
+from server import audio_decoder, decoder_process, errors
+from server.decoder_process import KINDS, MAX_SECONDS, MIN_SECONDS, RATE, Refusal
 
-RATE = 24000
+__all__ = ["KINDS", "MAX_BYTES", "MAX_SECONDS", "MIN_SECONDS", "RATE", "decode", "decode_async", "parse_ref_audio",
+           "too_big"]
 MAX_BYTES = 10 * 2**20  # encoded, as OpenAI's voice uploads
-MIN_SECONDS = 1.0
-MAX_SECONDS = 30.0
-# A peak below -60 dBFS is silence (or a gain mistake) to a speaker encoder: it would make a voice of noise.
-SILENT_PEAK = 1e-3
-# Demuxers that hold audio files. Playlist and concat demuxers (hls, concat...) open other URLs or files named inside
-# the data: never from a client's bytes.
-FORMATS = "wav,w64,mp3,flac,ogg,matroska,webm,mov,mp4,m4a,3gp,3g2,mj2,aac,aiff,caf"
-KINDS = "wav, mp3, flac, ogg/opus, webm, m4a or aac"
 _DATA_URL = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(?:;[\w.+-]+=[^;,]*)*)(?P<b64>;base64)?,",
                        re.ASCII)
 _BINARY = ("application/octet-stream", "application/ogg")
@@ -59,34 +51,27 @@ def parse_ref_audio(value: str, param: str = "ref_audio") -> bytes:
 
 
 def decode(data: bytes, param: str) -> np.ndarray:
-    """24 kHz mono float32 samples of an encoded audio file, checked against the limits. Blocking: run it off the
-    event loop (`decode_async`)."""
-    if not data:
-        raise errors.invalid(f"{param}: the audio is empty", param, "invalid_audio")
-    if len(data) > MAX_BYTES:
-        raise too_big(param)
+    """24 kHz mono float32 samples of an encoded audio file, checked against the limits, decoded in this process
+    (tests and tools; what the server decodes goes through `decode_async`)."""
+    _check_size(data, param)
     try:
-        wav = _decode(data)
-    except (av.FFmpegError, IndexError, ValueError):  # IndexError: no audio stream
-        wav = None
-    if wav is None or wav.size == 0:
-        raise errors.invalid(f"{param}: could not be decoded as audio; send a {KINDS} file", param, "invalid_audio")
-    seconds = wav.size / RATE
-    if seconds < MIN_SECONDS:
-        raise errors.invalid(f"{param}: the audio is {seconds:.2f} s long; at least {MIN_SECONDS:g} s is needed",
-                             param, "audio_too_short")
-    if seconds > MAX_SECONDS:
-        raise errors.invalid(f"{param}: the audio is longer than {MAX_SECONDS:g} s; send {MAX_SECONDS:g} s at most "
-                             "(5 to 15 s of clear speech is best)", param, "audio_too_long")
-    if float(np.abs(wav).max()) < SILENT_PEAK:
-        raise errors.invalid(f"{param}: the audio is silent (its peak is below {SILENT_PEAK:g}, -60 dBFS); send a "
-                             "recording of the voice", param, "audio_silent")
-    return wav
+        return decoder_process.decode(data)
+    except Refusal as r:
+        raise refused(r, param) from None
 
 
 async def decode_async(data: bytes, param: str) -> np.ndarray:
-    """`decode` on a worker thread: a long file takes tens of milliseconds, which the event loop must not wait."""
-    return await asyncio.to_thread(decode, data, param)
+    """`decode` in a decoder process (server/audio_decoder.py): no client's file can stall the event loop or other
+    streams, and each has a time and memory budget. 429 when too many files wait."""
+    _check_size(data, param)
+    try:
+        return await audio_decoder.POOL.decode(data)
+    except Refusal as r:
+        raise refused(r, param) from None
+
+
+def refused(refusal: Refusal, param: str) -> errors.ApiError:
+    return errors.invalid(f"{param}: {refusal.message}", param, refusal.code)
 
 
 def too_big(param: str) -> errors.ApiError:
@@ -94,23 +79,8 @@ def too_big(param: str) -> errors.ApiError:
                           "audio_too_large")
 
 
-def _decode(data: bytes) -> np.ndarray:
-    """The first audio stream, resampled, up to just past MAX_SECONDS (a small file can hold hours of audio: the
-    rest is not decoded, only noticed)."""
-    limit = int(MAX_SECONDS * RATE) + RATE
-    pieces: list[np.ndarray] = []
-    total = 0
-    with av.open(io.BytesIO(data), "r", options={"format_whitelist": FORMATS}) as container:
-        stream = container.streams.audio[0]
-        resampler = av.AudioResampler(format="flt", layout="mono", rate=RATE)
-        for frame in container.decode(stream):
-            for out in resampler.resample(frame):
-                pieces.append(out.to_ndarray().reshape(-1))
-                total += pieces[-1].size
-            if total > limit:
-                break
-        else:
-            pieces += [out.to_ndarray().reshape(-1) for out in resampler.resample(None)]
-    wav = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
-    # float formats can carry values past full scale, or NaN: the encoders take [-1, 1]
-    return np.clip(np.nan_to_num(wav, nan=0.0, posinf=1.0, neginf=-1.0), -1.0, 1.0).astype(np.float32, copy=False)
+def _check_size(data: bytes, param: str) -> None:
+    if not data:
+        raise errors.invalid(f"{param}: the audio is empty", param, "invalid_audio")
+    if len(data) > MAX_BYTES:
+        raise too_big(param)

@@ -68,6 +68,10 @@ def unauthorized(message: str) -> ApiError:
     return ApiError(401, message, ErrorType.AUTHENTICATION, code="invalid_api_key")
 
 
+def busy(message: str, retry_after: float) -> ApiError:
+    return ApiError(429, message, ErrorType.RATE_LIMIT, code="server_busy", retry_after=retry_after)
+
+
 def unavailable(message: str, code: str = "engine_unavailable") -> ApiError:
     return ApiError(503, message, ErrorType.SERVER, code=code, retry_after=UNAVAILABLE_RETRY_AFTER_S)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import wave
 
 import av
 import numpy as np
@@ -132,3 +133,45 @@ def test_bad_ref_audio_is_refused_before_decoding() -> None:
     refused("invalid_value", "ref_audio", audio_input.parse_ref_audio, "é" * 8)
     big = "A" * (-(-audio_input.MAX_BYTES // 3) * 4 + 4)
     refused("audio_too_large", "ref_audio", audio_input.parse_ref_audio, big)
+
+
+def lying_wav(rate: int, channels: int = 1, data_bytes: int = 9600) -> bytes:
+    """A few KB of PCM behind a header that claims `rate` and `channels` (the stdlib writes whatever it is told)."""
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(np.random.default_rng(0).integers(-3000, 3000, data_bytes // 2, dtype="<i2").tobytes())
+    return buf.getvalue()
+
+
+def flac_claiming(seconds: float, declared: float) -> bytes:
+    """A 24 kHz FLAC of `seconds` whose STREAMINFO says it holds `declared` seconds."""
+    data = bytearray(encode(tone(seconds, 24000, channels=1), 24000, "flac", "flac"))
+    # STREAMINFO's data starts at byte 8; its total sample count is the low 36 bits of bytes 10..17 of it
+    word = int.from_bytes(data[18:26], "big")
+    data[18:26] = ((word & ~(2**36 - 1)) | int(declared * 24000)).to_bytes(8, "big")
+    return bytes(data)
+
+
+@pytest.mark.parametrize(("rate", "channels", "said"), [(380_000_007, 1, "380000007 Hz"), (50_000_017, 1, "Hz"),
+                                                        (20_000_003, 2, "Hz"), (7999, 1, "7999 Hz"),
+                                                        (384_001, 1, "8000 to 384000 Hz"),
+                                                        (24000, 64, "64 channels"), (48000, 9, "1 to 8 are")])
+def test_a_header_out_of_range_is_refused_before_decoding(rate: int, channels: int, said: str) -> None:
+    """380 MHz took 10 s and 2 GiB (the resampler's filter, built holding the GIL) to end as 'could not be decoded'."""
+    for param in ("recording", "audio_sample", "ref_audio"):
+        message = refused("unsupported_audio", param, audio_input.decode, lying_wav(rate, channels), param)
+        assert said in message
+
+
+def test_files_within_the_limits_decode_and_one_declared_or_counted_longer_is_refused() -> None:
+    for rate, channels in ((8000, 1), (384000, 1), (44100, 8)):  # the edges of the ranges
+        assert audio_input.decode(lying_wav(rate, channels, 2 * rate * channels * 2), "audio_sample").size == 48000
+    # a file that declares more than the limit is refused before anything is decoded
+    assert "30 s" in refused("audio_too_long", "audio_sample", audio_input.decode, flac_claiming(1.5, 60.0),
+                             "audio_sample")
+    # the count of decoded samples stops a file that holds more than it declares
+    refused("audio_too_long", "recording", audio_input.decode, flac_claiming(40.0, 1.0), "recording")
+    assert audio_input.decode(flac_claiming(2.0, 1.0), "recording").size == 48000
