@@ -32,16 +32,19 @@ if TYPE_CHECKING:
     from engine.engine import Engine
     from engine.text_input import SpeechInput
     from output_builder.streams import AudioStream, Usage
+    from talker.children import die_with_parent, spawn
     from talker.snapshot import StepTiming
 
 _LAZY = {"Engine": "engine.engine", "SpeechInput": "engine.text_input", "AudioStream": "output_builder.streams",
-         "Usage": "output_builder.streams", "StepTiming": "talker.snapshot"}
+         "Usage": "output_builder.streams", "StepTiming": "talker.snapshot",
+         # for a child process of the server's own: it dies with the server (talker/children.py)
+         "die_with_parent": "talker.children", "spawn": "talker.children"}
 
 __all__ = [
     "MAX_INPUT_CHARS", "AudioStream", "ClonePrompt", "Engine", "EngineBusyError", "EngineConfig", "EngineDeadError",
     "EngineState", "FinishReason", "OutputMode", "RequestError", "RequestFailedError", "SamplingParams",
     "SpeechInput", "SpeechRequest", "StepTiming", "StreamingSpeechRequest", "TextLayout", "Usage", "VoiceKind",
-    "api_key_from_env", "default_cache_dir", "resolve_checkpoint",
+    "api_key_from_env", "default_cache_dir", "die_with_parent", "resolve_checkpoint", "spawn",
 ]
 
 

@@ -1,16 +1,20 @@
 """`talkstream serve` as a subprocess: a dead engine exits the process; SIGTERM (or SIGHUP) drains (503 for anything
 new, in-flight responses finish within --shutdown-timeout, the rest is cut), then exits in bounded time; a second
-signal hurries; the codec process never outlives the server; the open-file limit is raised at start."""
+signal hurries; no child (the codec process, the voice process) outlives the server, however it ends; a full clone
+queue is 429; the open-file limit is raised at start."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import io
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,9 +22,11 @@ from typing import Any
 
 import httpx
 import pytest
+import soundfile as sf
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
+from tests.conftest import OFFICIAL_BASE, VOICE_REF
 from tests.server.leaks import scrape
 from tests.server.rawclient import LAST_CHUNK, events_until_close, raw_request, raw_ws, read_response, send_text
 from tests.server.test_abort_paths import LONG_TEXT, speech
@@ -275,3 +281,76 @@ def test_serve_raises_the_open_file_limit(serve: type[Served]) -> None:
     limits = Path(f"/proc/{server.proc.pid}/limits").read_text()
     soft, hard = re.search(r"Max open files\s+(\d+)\s+(\d+)", limits).groups()  # type: ignore[union-attr]
     assert int(hard) > 256 and soft == hard
+
+
+def reference_b64(i: int) -> str:
+    """The fixture's recording as a WAV, quieter by a step for each `i`: another reference each time."""
+    wav, rate = sf.read(str(VOICE_REF), dtype="float32")
+    out = io.BytesIO()
+    sf.write(out, wav * (1.0 - i / 64), rate, format="WAV", subtype="PCM_16")
+    return base64.b64encode(out.getvalue()).decode()
+
+
+def speak_as(server: Served, i: int) -> httpx.Response:
+    """A one-off clone of reference `i`, then a few frames of speech with it."""
+    return httpx.post(server.url + "/v1/audio/speech", timeout=120, json={
+        "model": "tts-1", "input": "Hi.", "ref_audio": reference_b64(i), "response_format": "pcm"})
+
+
+def serve_base(serve: type[Served], *flags: str) -> tuple[Served, int]:
+    """A server of the Base fixture that has cloned a voice, and its voice process."""
+    server = serve("--model", str(OFFICIAL_BASE), *flags, env={"TALKSTREAM_MAX_FRAMES": "12"})
+    assert speak_as(server, 0).status_code == 200
+    [voice] = [pid for pid in server.children() if "talker.voices.process" in cmdline(pid)]
+    return server, voice
+
+
+def cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+def test_no_child_outlives_a_killed_server_that_cloned_a_voice(serve: type[Served]) -> None:
+    """The voice process, the codec process, and no resource tracker (nothing of multiprocessing's) to outlive it."""
+    server, voice = serve_base(serve)
+    children = server.children()
+    lines = [cmdline(pid) for pid in children]
+    assert any("output_builder.codec_process" in line for line in lines) and voice in children, lines
+    assert not any("multiprocessing" in line for line in lines), lines  # its resource tracker, or a pool's worker
+    server.proc.kill()
+    server.proc.wait(10)
+    assert [pid for pid in children if not gone(pid)] == []
+
+
+def test_no_child_outlives_a_server_whose_engine_died(serve: type[Served]) -> None:
+    server, voice = serve_base(serve)
+    [codec] = [pid for pid in server.children() if "output_builder.codec_process" in cmdline(pid)]
+    os.kill(codec, signal.SIGKILL)  # the engine is dead: the server exits 3 with os._exit, stopping nothing
+    assert server.proc.wait(30) == 3
+    assert gone(voice)
+
+
+def test_a_full_clone_queue_is_429_with_retry_after(serve: type[Served]) -> None:
+    """--max-queue 1: one clone being encoded (held: its voice process stopped), one waiting, the next refused."""
+    server, voice = serve_base(serve, "--max-queue", "1")
+    results: dict[int, int] = {}
+
+    def speak_in_background(i: int) -> threading.Thread:
+        thread = threading.Thread(target=lambda: results.__setitem__(i, speak_as(server, i).status_code))
+        thread.start()
+        return thread
+
+    os.kill(voice, signal.SIGSTOP)
+    try:
+        threads = []
+        for i in (1, 2):
+            threads.append(speak_in_background(i))
+            wait_for(lambda i=i: scrape(server.url)["talkstream_clone_jobs"] == i, 30)  # type: ignore[misc]
+        refused = speak_as(server, 3)
+        assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+        assert refused.json()["error"]["code"] == "server_busy"
+    finally:
+        os.kill(voice, signal.SIGCONT)
+    for thread in threads:
+        thread.join(120)
+    assert results == {1: 200, 2: 200}
+    assert scrape(server.url)["talkstream_clone_jobs"] == 0
