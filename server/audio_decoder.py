@@ -174,7 +174,7 @@ class _Crew:
             thread.join()
 
     def _work(self) -> None:
-        decoder: _Decoder | None = None
+        decoder = self._replace()  # every worker's at once: the second file does not wait for one to start
         while (job := self.jobs.get()) is not None:
             if not job.done.set_running_or_notify_cancel():
                 continue  # its client went away while it waited
@@ -207,7 +207,7 @@ class _Crew:
         return decoder
 
     def _replace(self) -> _Decoder | None:
-        """The next decoder, started now, unless stopping; None if it does not start (the next file tries)."""
+        """A decoder started now, unless stopping; None if it does not start (the next file tries again)."""
         if self._stopping:
             return None
         try:

@@ -161,11 +161,11 @@ def test_a_decoder_dies_with_a_killed_server(tiny_cache: Path, tiny_dir: Path, t
     server = Served(tiny_cache, "--data-dir", str(tmp_path))
     try:
         assert upload(server.url, REF).status_code == 200
-        [pid] = [p for p in server.children()
-                 if b"server.decoder_process" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        pids = [p for p in server.children() if b"server.decoder_process" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert pids
         server.proc.kill()
         server.proc.wait(WAIT_S)
-        wait_for(lambda: not alive(pid), WAIT_S)
+        wait_for(lambda: not any(alive(p) for p in pids), WAIT_S)
     finally:
         if server.proc.poll() is None:
             server.proc.kill()
