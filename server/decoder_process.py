@@ -38,7 +38,7 @@ SILENT_PEAK = 1e-3
 # 10 s and 2 GiB to build); below 8 kHz a frame would grow up to 3000-fold when resampled to 24 kHz.
 MIN_RATE, MAX_RATE = 8000, 384000
 MAX_CHANNELS = 8
-# Decoded input is counted per frame, before resampling: past MAX_SECONDS plus this, the file is too long.
+# Decoded input is counted per frame, before it is resampled: past MAX_SECONDS plus this, the file is too long.
 MARGIN_SECONDS = 1.0
 # Demuxers that hold audio files. Playlist and concat demuxers (hls, concat...) open other URLs or files named inside
 # the data: never from a client's bytes.
@@ -101,18 +101,16 @@ def _decode(data: bytes) -> np.ndarray:
     pieces: list[np.ndarray] = []
     with av.open(io.BytesIO(data), "r", options={"format_whitelist": FORMATS}) as container:
         stream = container.streams.audio[0]
-        rate = stream.sample_rate or 0
-        _check_format(rate, stream.channels)
+        # as declared (0: not declared; then each frame says); a frame can differ (HE-AAC doubles its rate)
+        _check_format(stream.sample_rate or MIN_RATE, stream.channels or 1)
         if container.duration is not None and container.duration / av.time_base > budget:
             raise _too_long()
-        limit, decoded = int(budget * rate), 0
         resampler = av.AudioResampler(format="flt", layout="mono", rate=RATE)
+        seconds = 0.0
         for frame in container.decode(stream):
             _check_format(frame.sample_rate, len(frame.layout.channels))
-            if frame.sample_rate != rate:  # the count below is in the declared rate's samples
-                raise Refusal("invalid_audio", "the audio's sample rate changes within the file; send one rate")
-            decoded += frame.samples
-            if decoded > limit:
+            seconds += frame.samples / frame.sample_rate
+            if seconds > budget:
                 raise _too_long()
             pieces += [out.to_ndarray().reshape(-1) for out in resampler.resample(frame)]
         pieces += [out.to_ndarray().reshape(-1) for out in resampler.resample(None)]
