@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
@@ -24,10 +24,11 @@ from fastapi.staticfiles import StaticFiles
 from engine import Engine, EngineConfig, EngineState
 from server import audio_decoder, errors, routes_realtime, routes_speech, routes_voices, web_page
 from server.drain import DrainGate
+from server.guard import Guard, SitePolicy
 from server.limits import BodyLimit
 from server.metrics import CONTENT_TYPE, Metrics
 from server.protocol import Health, ModelCard, ModelList
-from server.state import ServerState, authorize, server_state, state_of
+from server.state import ServerState, server_state, state_of
 from server.voice_db import StorageError
 from server.voice_store import Quota, VoiceStore, default_data_dir
 
@@ -42,6 +43,7 @@ def create_app(
     config: EngineConfig | Sequence[EngineConfig], api_key: str | None = None, *, shutdown_timeout: float = 10.0,
     encode_threads: int = 4, exit_on_dead: bool = False, cors_origins: list[str] | None = None,
     log_input: bool = False, data_dir: Path | None = None, voice_quota: Quota | None = None,
+    site: SitePolicy | None = None,
 ) -> FastAPI:
     """The Talkstream app, serving one model per config (each with an engine of its own; the first is the default).
     The engines load in the background, so `/health` answers 503 until all are ready.
@@ -49,6 +51,7 @@ def create_app(
     `exit_on_dead` (set by `talkstream serve`, never by in-process test servers): once an engine is dead the
     process exits with status 3 after a short grace period, so a supervisor restarts it. `data_dir`: where the voice
     library lives (server/voice_store.py; default `default_data_dir()`), and `voice_quota` what it may hold.
+    `site`: the Hosts and origins the server answers (server/guard.py; default: a server on 127.0.0.1).
     """
     engines: dict[str, Engine] = {}
     for c in [config] if isinstance(config, EngineConfig) else config:
@@ -63,6 +66,8 @@ def create_app(
                   description="Streaming text-to-speech, compatible with OpenAI's speech and Realtime APIs.")
     app.state.talkstream = state
     app.add_middleware(BodyLimit)
+    # the Host, the key and the Origin, before anything reads a body; inside CORS, so its errors carry CORS headers
+    app.add_middleware(Guard, state=state, policy=site or SitePolicy(), cors_origins=cors_origins or ())
     if cors_origins:  # off unless configured
         app.add_middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
@@ -71,7 +76,7 @@ def create_app(
     app.include_router(_public_router())
     _add_docs(app)
     web_page.add_page(app)  # GET /: a page that speaks a text while it streams (server/web_page.py)
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
+    v1 = APIRouter(prefix="/v1")  # the key is checked by Guard
     v1.include_router(_listing_router())
     v1.include_router(routes_speech.router)
     v1.include_router(routes_voices.router)

@@ -9,11 +9,14 @@ import logging
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from engine import EngineConfig, api_key_from_env, resolve_checkpoint
 from server import cli_ray, cli_voices
 from server.voice_db import Quota
+
+if TYPE_CHECKING:
+    from server.guard import SitePolicy
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 EXTENSIONS = {".wav": "wav", ".mp3": "mp3", ".opus": "opus", ".ogg": "opus", ".aac": "aac", ".flac": "flac",
@@ -37,6 +40,12 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--shutdown-timeout", type=float, default=10.0, help="seconds to let streams finish on exit")
     serve.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     serve.add_argument("--cors-origins", default=None, help="comma-separated allowed origins (CORS is off without)")
+    serve.add_argument("--allowed-hosts", default=None,
+                       help="comma-separated Host names served besides the bind address's own ('*': any; default "
+                            "TALKSTREAM_ALLOWED_HOSTS; README: Security)")
+    serve.add_argument("--allowed-origins", default=None,
+                       help="comma-separated origins of pages that may POST, DELETE and open the WebSocket besides "
+                            "the server's own and --cors-origins ('*': any; default TALKSTREAM_ALLOWED_ORIGINS)")
     serve.add_argument("--log-input", action="store_true", help="log request input text (off by default)")
     serve.add_argument("--codec-timeout", type=float, default=None,
                        help="seconds a codec decode may take before the engine is marked dead (default 30)")
@@ -165,13 +174,20 @@ def serve(args: argparse.Namespace) -> int:
         return cli_ray.serve(args, configs, args.api_key or api_key_from_env(), origins)
     app = create_app(configs, args.api_key or api_key_from_env(), shutdown_timeout=args.shutdown_timeout,
                      exit_on_dead=True, cors_origins=origins, log_input=args.log_input, data_dir=args.data_dir,
-                     voice_quota=quota)
+                     voice_quota=quota, site=site_policy(args))
     # the drain (SIGTERM) already let streams finish within --shutdown-timeout: uvicorn's own wait is a backstop
     uv = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                         timeout_graceful_shutdown=UVICORN_SHUTDOWN_S,
                         **uvicorn_options(max_connections=args.max_connections))
     DrainingServer(uv, state_of(app), args.shutdown_timeout).run()
     return 0  # after a signal too: a graceful shutdown (a dead engine exits 3, a failed start 3 from uvicorn)
+
+
+def site_policy(args: argparse.Namespace) -> SitePolicy:
+    """The Hosts and origins `serve` answers (server/guard.py), from its flags and TALKSTREAM_ALLOWED_*."""
+    from server.guard import SitePolicy
+
+    return SitePolicy.from_settings(args.host, args.allowed_hosts, args.allowed_origins)
 
 
 # say ------------------------------------------------------------------------------------------------------

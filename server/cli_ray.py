@@ -77,8 +77,10 @@ def serve(args: argparse.Namespace, configs: list[EngineConfig], api_key: str | 
 
 def ray_options(args: argparse.Namespace, configs: list[EngineConfig], api_key: str | None,
                 cluster_has_gpus: bool, cors_origins: list[str] | None = None) -> RayOptions:
+    from server.guard import SitePolicy
     from server.ray_app import RayOptions
 
+    site = SitePolicy.from_settings(args.host, args.allowed_hosts, args.allowed_origins)
     gpus = args.gpus_per_replica
     if gpus is None:  # one device per replica: a GPU of its own on CUDA
         devices = {c.device for c in configs}
@@ -87,7 +89,8 @@ def ray_options(args: argparse.Namespace, configs: list[EngineConfig], api_key: 
                       num_cpus=args.cpus_per_replica, num_gpus=gpus, api_key=api_key,
                       shutdown_timeout=args.shutdown_timeout, data_dir=args.data_dir, log_input=args.log_input,
                       voice_storage_quota=args.voice_storage_quota, max_voices=args.max_voices,
-                      cors_origins=tuple(cors_origins or ())).validate()
+                      cors_origins=tuple(cors_origins or ()), bind_host=site.bind, allowed_hosts=site.hosts,
+                      allowed_origins=site.origins).validate()
 
 
 def _wait_for_a_signal() -> None:

@@ -47,6 +47,7 @@ from engine import EngineConfig, EngineState
 from server import ray_views
 from server.app import DEAD_GRACE_S, create_app
 from server.drain import drain
+from server.guard import SitePolicy
 from server.metrics import CONTENT_TYPE
 from server.state import ServerState, state_of
 from server.voice_db import Quota
@@ -83,6 +84,11 @@ class RayOptions:
     voice_storage_quota: int | None = None  # what each replica's voice library may hold (server/voice_db.Quota)
     max_voices: int | None = None
     cors_origins: tuple[str, ...] = ()
+    # the Hosts and origins served (server/guard.py): the proxy's address decides the default Hosts; any Host by
+    # default, since `serve run` and KubeRay bind it where they choose (`talkstream serve --ray` passes --host)
+    bind_host: str = "0.0.0.0"
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
     log_input: bool = False
 
     def validate(self) -> RayOptions:
@@ -157,7 +163,8 @@ class Replica:
         opts = self.options
         app = create_app(self.configs, opts.api_key, shutdown_timeout=opts.shutdown_timeout, data_dir=opts.data_dir,
                          cors_origins=list(opts.cors_origins) or None, log_input=opts.log_input,
-                         voice_quota=Quota.from_env(opts.voice_storage_quota, opts.max_voices))
+                         voice_quota=Quota.from_env(opts.voice_storage_quota, opts.max_voices),
+                         site=SitePolicy(opts.bind_host, opts.allowed_hosts, opts.allowed_origins))
         self.state = state_of(app)
         inner = app.router.lifespan_context
         app.router.lifespan_context = lambda a: self._lifespan(a, inner)
@@ -288,6 +295,9 @@ def build(args: dict[str, Any]) -> Any:
     options = RayOptions(**_typed(RayOptions, args))
     if options.api_key is None:
         options = replace(options, api_key=os.environ.get("TALKSTREAM_API_KEY") or None)
+    env = SitePolicy.from_settings(options.bind_host)  # TALKSTREAM_ALLOWED_* where the arguments give none
+    options = replace(options, allowed_hosts=options.allowed_hosts or env.hosts,
+                      allowed_origins=options.allowed_origins or env.origins)
     return build_app([EngineConfig.from_env(model=m, **engine) for m in models], options)
 
 

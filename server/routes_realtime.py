@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 
 from server import errors
 from server.realtime_session import MAX_RESPONSES_PER_SESSION, SERVICE_RESTART, Session
-from server.state import authorize, server_state
+from server.state import server_state
 
 __all__ = ["MAX_RESPONSES_PER_SESSION", "Session", "router"]
 
@@ -23,14 +23,11 @@ router = APIRouter()
 
 @router.websocket("/realtime")
 async def realtime(ws: WebSocket) -> None:
-    state = server_state(ws)
-    try:
-        await authorize(ws)
-        if state.draining:
-            raise errors.shutting_down()
-    except errors.ApiError as err:
+    state = server_state(ws)  # its Host, key and Origin were checked by server/guard.py
+    if state.draining:
+        err = errors.shutting_down()
         state.metrics.error(err.detail.type, err.detail.code)
-        await deny(ws, err, SERVICE_RESTART if err.status == 503 else 1008)
+        await deny(ws, err, SERVICE_RESTART)
         return
     await ws.accept()
     await Session(ws, state).run()

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -104,16 +103,3 @@ def state_of(app: FastAPI) -> ServerState:
 
 def server_state(conn: HTTPConnection) -> ServerState:
     return state_of(conn.app)
-
-
-async def authorize(conn: HTTPConnection) -> None:
-    """Bearer auth when the server has an API key; the comparison takes constant time. Async: FastAPI runs a sync
-    dependency on its thread pool, a thread hop per request."""
-    expected = server_state(conn).api_key
-    if expected is None:
-        return
-    scheme, _, given = conn.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not given.strip():
-        raise errors.unauthorized("missing API key: send 'Authorization: Bearer <key>'")
-    if not hmac.compare_digest(given.strip().encode(), expected.encode()):
-        raise errors.unauthorized("incorrect API key")

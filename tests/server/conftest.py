@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from engine.config import EngineConfig
 from engine.engine import Engine
 from server.app import create_app
+from server.guard import SitePolicy
 from server.http_protocol import uvicorn_options
 from server.state import state_of
 from server.voice_store import Quota
@@ -65,15 +66,17 @@ class LiveServer:
 
 def start_server(config: EngineConfig, api_key: str | None = None, wait_ready: bool = True,
                  options: dict[str, Any] | None = None, data_dir: Path | None = None,
-                 quota: Quota | None = None) -> LiveServer:
+                 quota: Quota | None = None, site: SitePolicy | None = None) -> LiveServer:
     """`options`: arguments of `uvicorn_options` (a shorter head timeout, a connection limit). `data_dir`: the voice
     library's; by default one of the test session's own, never the user's (the library makes its file on the first
-    write, so a server that stores nothing leaves it empty), and `quota` what it may hold."""
+    write, so a server that stores nothing leaves it empty), and `quota` what it may hold. `site`: the Hosts and
+    origins it answers (server/guard.py; by default those of a server on 127.0.0.1, as it is)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # asyncio sets TCP_NODELAY only then
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    app = create_app(config, api_key, shutdown_timeout=2.0, data_dir=data_dir or _DATA_DIR, voice_quota=quota)
+    app = create_app(config, api_key, shutdown_timeout=2.0, data_dir=data_dir or _DATA_DIR, voice_quota=quota,
+                     site=site)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2,
                                            **uvicorn_options(**(options or {}))))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True,
@@ -119,9 +122,9 @@ def make_server(server_config: EngineConfig) -> Iterator[Callable[..., LiveServe
 
     def make(api_key: str | None = None, wait_ready: bool = True, options: dict[str, Any] | None = None,
              tuning: dict[str, Any] | None = None, data_dir: Path | None = None, quota: Quota | None = None,
-             **overrides: object) -> LiveServer:
+             site: SitePolicy | None = None, **overrides: object) -> LiveServer:
         config = replace(server_config, **overrides).tuned(**(tuning or {}))  # type: ignore[arg-type]
-        server = start_server(config, api_key, wait_ready, options, data_dir, quota)
+        server = start_server(config, api_key, wait_ready, options, data_dir, quota, site)
         started.append(server)
         return server
 

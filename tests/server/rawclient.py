@@ -28,7 +28,7 @@ def stalling_socket(url: str) -> socket.socket:
 def raw_request(url: str, payload: dict[str, Any]) -> socket.socket:
     sock = stalling_socket(url)
     data = json.dumps(payload).encode()
-    sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
     return sock
 
@@ -37,7 +37,7 @@ def raw_ws(url: str) -> socket.socket:
     """A Realtime session: the handshake is read (and nothing after it)."""
     sock = stalling_socket(url)
     key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall((f"GET /v1/realtime HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    sock.sendall((f"GET /v1/realtime HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                   f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
     head = b""
     while not head.endswith(b"\r\n\r\n"):

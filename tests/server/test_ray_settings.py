@@ -99,3 +99,19 @@ def test_serve_ray_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cli.main(["serve", "--ray", "--ray-address", "ray://head:10001", "--device", "cpu"]) == 0
     assert made["init"] == {"address": "ray://head:10001"} and "serve_shutdown" not in made  # not ours to stop
     assert made["options"].num_gpus == 0.0
+
+
+def test_replicas_take_the_hosts_and_origins_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`serve run`: any Host unless listed (it binds the proxy where it chooses), TALKSTREAM_ALLOWED_* where the
+    arguments give none; `talkstream serve --ray`: its --host decides, as without Ray."""
+    bound: dict[str, Any] = {}
+    monkeypatch.setattr(ray_app, "build_app", lambda configs, options: bound.update(options=options))
+    monkeypatch.setenv("TALKSTREAM_ALLOWED_ORIGINS", "https://env.example")
+    ray_app.build({"allowed_hosts": "a.example, b.example"})
+    options = bound["options"]
+    assert (options.bind_host, options.allowed_hosts) == ("0.0.0.0", ("a.example", "b.example"))
+    assert options.allowed_origins == ("https://env.example",)
+    args = cli.parser().parse_args(["serve", "--ray", "--allowed-hosts", "tts.example"])
+    made = cli_ray.ray_options(args, [EngineConfig()], None, cluster_has_gpus=False)
+    assert (made.bind_host, made.allowed_hosts, made.allowed_origins) == ("127.0.0.1", ("tts.example",),
+                                                                          ("https://env.example",))

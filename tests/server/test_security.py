@@ -14,7 +14,7 @@ import pytest
 from websockets.sync.client import connect
 
 from engine.config import EngineConfig
-from server import state as server_state_module
+from server import guard
 from server.app import create_app
 from server.limits import SPEECH_BODY_BYTES
 from server.state import state_of
@@ -32,7 +32,7 @@ def test_api_key_is_compared_in_constant_time(make_server: Callable[..., LiveSer
         calls.append((a, b))
         return original(a, b)
 
-    monkeypatch.setattr(server_state_module.hmac, "compare_digest", spy)
+    monkeypatch.setattr(guard.hmac, "compare_digest", spy)
     resp = httpx.get(server.url + "/v1/models", headers={"Authorization": "Bearer nope"})
     assert resp.status_code == 401 and calls == [(b"nope", API_KEY.encode())]
 

@@ -58,8 +58,8 @@ def closed_by_server(sock: socket.socket) -> bool:
         return False
 
 
-PARTIAL_HEAD = b"GET /health HTTP/1.1\r\nHost: x\r\n"  # never finished
-STALLED_BODY = (b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+PARTIAL_HEAD = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # never finished
+STALLED_BODY = (b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                 b"Content-Length: 500\r\n\r\n{")  # 1 byte of 500
 
 
@@ -90,7 +90,7 @@ def test_a_stalled_body_is_closed_and_a_long_response_is_not(make_server: Callab
         # read so far) is whole, and its connection is kept alive for the next request
         body = read_response(streaming, timeout=30)
         assert body.startswith(b"HTTP/1.1 200") and body.endswith(LAST_CHUNK)
-        streaming.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        streaming.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert _read_head(streaming).startswith(b"HTTP/1.1 200")
     finally:
         streaming.close()
