@@ -181,6 +181,7 @@ def serve(parent: int) -> None:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the server's to handle: it ends us
     die_with_parent(int(sys.argv[1]))
     limit_memory(int(sys.argv[2]))
     serve(int(sys.argv[1]))
