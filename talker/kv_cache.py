@@ -36,6 +36,16 @@ class SlotKVCache:
     def bytes_per_slot(self) -> int:
         return self.nbytes // self.k.shape[1]
 
+    def slot_rows(self, slot: int, length: int) -> tuple[Tensor, Tensor]:
+        """Views of the keys and values `slot` holds at positions [0, length): [L, Hkv, length, D] each."""
+        return self.k[:, slot, :, :length], self.v[:, slot, :, :length]
+
+    def load_slot(self, slot: int, k: Tensor, v: Tensor) -> None:
+        """Writes `slot_rows`' copies back, into any slot; positions past them are never read before written."""
+        n = k.shape[2]
+        self.k[:, slot, :, :n].copy_(k, non_blocking=True)
+        self.v[:, slot, :, :n].copy_(v, non_blocking=True)
+
     def for_prefill(self, slots: Tensor) -> SlotKVCache:
         """Next forward writes positions [0, T) of each row's slot (rows right-padded to T) and attends causally
         within them. Padding writes past a row's length are overwritten by its decode steps before they are read."""

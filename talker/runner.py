@@ -6,7 +6,9 @@ what the host sends is rebuilt only when the batch composition changes.
 A request whose text arrives over time (`Seq.feed`) has its slot's text row written as tokens come. When it has
 made every frame its text allows, the input of its next frame is missing its text token: the feedback of its last
 step sums in whatever the row holds there. So the codec part of that input is kept, and once the token arrives the
-input is summed again from the same two parts, as the feedback would have summed it (`keep`, `refresh`).
+input is summed again from the same two parts, as the feedback would have summed it (`keep`, `refresh`). Such a
+request's slot may go to queued work meanwhile: `park` copies out what the slot holds for it, `unpark` copies it
+back into any slot (talker/parking.py).
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from talker.models.qwen3_tts.config import Qwen3TTSConfig
 from talker.models.qwen3_tts.fused_predictor import FusedPredictor
 from talker.models.qwen3_tts.model import Talker
 from talker.models.qwen3_tts.prompt import prompt_embeds, trailing_text
+from talker.parking import ParkedSlot, to_host
 from talker.sampler import RowParams, apply_repetition_penalty, sample, step_uniforms
 from talker.sampler_native import SamplingKernel
 from talker.scheduler import Seq, StepPlan
 
 MIN_FRAMES_BEFORE_EOS = 2
+SLOT_BUFFERS = ("next_embed", "text_ids", "lengths", "frames", "seen")  # the runner's per-slot state, a row each
 log = logging.getLogger("talkstream.worker")
 
 
@@ -79,7 +83,8 @@ class Runner:
     @property
     def bytes_per_slot(self) -> int:
         per = self.kv.bytes_per_slot() + 2 * self.predictor.nbytes // self.predictor.k.shape[1]
-        for buf in (self.next_embed, self.text_ids, self.lengths, self.frames, self.seen):
+        for name in SLOT_BUFFERS:
+            buf = getattr(self, name)
             per += buf.nbytes // buf.shape[0]
         return per
 
@@ -106,12 +111,8 @@ class Runner:
     @torch.inference_mode()
     def forward(self, plan: StepPlan, step: int) -> Tensor:
         """-> hidden [B, H] in batch order (decode rows, then prefill rows)."""
-        if self._feedback and not self._aside:
-            for feedback in self._feedback:
-                self._feed_back(*feedback)
-            self._feedback.clear()
-        if self._refresh and not self._aside:
-            self._refresh_inputs()
+        if not self._aside:
+            self._settle()
         bt = self._batch_tensors(plan)
         rows: list[Tensor] = []
         if plan.decode:
@@ -124,6 +125,15 @@ class Runner:
         if plan.prefill:
             rows.append(self._prefill(plan.prefill))
         return rows[0] if len(rows) == 1 else torch.cat(rows, dim=0)
+
+    def _settle(self) -> None:
+        """What a forward does first: the last steps' feedback, then the inputs whose missing text token came."""
+        if self._feedback:
+            for feedback in self._feedback:
+                self._feed_back(*feedback)
+            self._feedback.clear()
+        if self._refresh:
+            self._refresh_inputs()
 
     def _prefill(self, seqs: list[Seq]) -> Tensor:
         """All new requests of a step in one forward, right-padded to the longest prompt. -> last hidden [n, H]"""
@@ -187,6 +197,25 @@ class Runner:
         index = torch.tensor(slots, dtype=torch.long, device=self.device)
         text = self.text_ids[index, (self.frames[index] - 1).clamp(max=self.text_width - 1)]
         self.next_embed[index] = torch.stack([self._kept.pop(s) for s in slots]) + self.talker.embed_text(text)
+
+    @torch.inference_mode()
+    def park(self, slot: int, length: int) -> ParkedSlot:
+        """A copy of what `slot` holds for its request (held, its text run out; `length`: its KV positions), so
+        that the slot can serve another. At a step boundary, after the feedback that the next forward would apply."""
+        self._settle()
+        k, v = self.kv.slot_rows(slot, length)
+        rows = {name: to_host(getattr(self, name)[slot]) for name in SLOT_BUFFERS}
+        return ParkedSlot(to_host(k), to_host(v), rows, self._kept.pop(slot, None))
+
+    @torch.inference_mode()
+    def unpark(self, slot: int, parked: ParkedSlot) -> None:
+        """`park`'s copy back, into `slot` (any free one). Then `write_text` and `refresh` as for a held request."""
+        self._settle()  # the slot's last occupant's feedback first, as a prefill's reset follows it
+        self.kv.load_slot(slot, parked.k, parked.v)
+        for name, row in parked.rows.items():
+            getattr(self, name)[slot].copy_(row, non_blocking=True)
+        if parked.kept is not None:
+            self._kept[slot] = parked.kept
 
     # 2. sample codebook 0, then the residual codebooks
     def sample(self, plan: StepPlan, hidden: Tensor) -> Tensor:

@@ -5,7 +5,9 @@ step at which it reaches its limit is filed in a dict when it joins.
 
 A sequence keeps its slot but is not stepped while its reader is behind (paused) or while its text, arriving over
 time, has run out (starved: each frame takes the next text token). Its frame count stops meanwhile: the time spent
-held shifts its join step forward.
+held shifts its join step forward. A starved sequence gives its slot up when queued work wants one and none is free:
+it is parked (the worker keeps a host copy of what its slot held, talker/parking.py), queued again when its text
+comes, ahead of new requests, and resumes in whatever slot it gets as if it had been held there.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import islice
 from typing import Any
 
 from talker.models.qwen3_tts.prompt import PromptIds
@@ -23,6 +26,7 @@ class SeqStatus(StrEnum):
     WAITING = "waiting"
     RUNNING = "running"
     PAUSED = "paused"
+    PARKED = "parked"  # starved, its slot given to queued work
     DONE = "done"
 
 
@@ -62,9 +66,15 @@ class Seq:
     reader_paused: bool = False
     starved: bool = False  # it has made every frame its text so far allows
     starves: bool = False  # its deadline is where its text runs out, not a limit
+    parked: Any = None  # while parked: the host copy of what its slot held (the worker's; talker/parking.py)
 
     def frames_after(self, step: int) -> int:
         return step - self.join_step + 1
+
+    @property
+    def held_kv_len(self) -> int:
+        """The KV positions a held sequence has written: its prompt's, and one per frame after the first."""
+        return self.prefill_len + self.paused_at - self.join_step - 1
 
 
 @dataclass(slots=True)
@@ -88,6 +98,9 @@ class Scheduler:
         self._deadlines: defaultdict[int, list[Seq]] = defaultdict(list)
         self._plan = StepPlan([], [], 0, (), 0)
         self.starved: list[Seq] = []  # starved by the last step: the worker tells the runner, then clears it
+        self.hungry: dict[Seq, None] = {}  # starved in a slot, longest first: parked when the queue wants slots
+        self.parked: dict[Seq, None] = {}  # parked until more of their text comes
+        self.resuming: deque[Seq] = deque()  # parked, their text come: they take free slots before new requests
 
     @property
     def active(self) -> int:
@@ -103,7 +116,38 @@ class Scheduler:
         self.by_id[seq.request_id] = seq
 
     def has_work(self) -> bool:
-        return bool(self._plan.decode) or bool(self.waiting and self.free_slots)
+        return bool(self._plan.decode) or bool(self.waiting and self.free_slots) or self.reslot_due()
+
+    def reslot_due(self) -> bool:
+        """Parked sequences can have a free slot back, or queued work can have a starved one's."""
+        return bool(self.resuming and self.free_slots) or (bool(self.hungry) and self._wanted() > 0)
+
+    def _wanted(self) -> int:
+        return len(self.waiting) + len(self.resuming) - len(self.free_slots)
+
+    def to_park(self) -> list[Seq]:
+        """The starved sequences whose slots queued work wants, longest starved first."""
+        return list(islice(self.hungry, max(0, min(self._wanted(), len(self.hungry)))))
+
+    def park(self, seq: Seq) -> None:
+        """`seq` (starved) gives its slot up; the worker has copied out what the slot held for it."""
+        del self.hungry[seq]
+        self.running.remove(seq)  # held: not in the decode plan
+        self.free_slots.append(seq.slot)
+        seq.status, seq.slot = SeqStatus.PARKED, -1
+        self.parked[seq] = None
+
+    def resume(self, step: int) -> list[Seq]:
+        """Parked sequences whose text came take free slots, stepped from `step` on (held still if their reader is
+        behind). The worker copies their slots' state back before that step."""
+        resumed: list[Seq] = []
+        while self.resuming and self.free_slots:
+            seq = self.resuming.popleft()
+            seq.slot, seq.status, seq.starved = self.free_slots.pop(), SeqStatus.PAUSED, False
+            self.running.append(seq)
+            self._release(seq, step)
+            resumed.append(seq)
+        return resumed
 
     def schedule(self) -> StepPlan:
         if not (self.waiting and self.free_slots):
@@ -172,13 +216,19 @@ class Scheduler:
                 seq.starved = True
                 self._hold(seq, step + 1)
                 self.starved.append(seq)
+                self.hungry[seq] = None
             else:
                 self.finish(seq)
 
     def fed(self, seq: Seq, step: int) -> None:
-        """More of `seq`'s text (or its end) arrived before `step`: it runs on, or again."""
-        if seq.starved:
+        """More of `seq`'s text (or its end) arrived before `step`: it runs on, or again (parked: it is queued)."""
+        if seq.status is SeqStatus.PARKED:
+            if seq in self.parked:  # else it is already queued
+                del self.parked[seq]
+                self.resuming.append(seq)
+        elif seq.starved:
             seq.starved = False
+            del self.hungry[seq]
             self._release(seq, step)
         elif seq.status is SeqStatus.RUNNING:
             self._file_deadline(seq)
@@ -203,13 +253,21 @@ class Scheduler:
         """Free whatever `seq` holds. False if it was already finished."""
         if seq.status is SeqStatus.DONE:
             return False
-        was_waiting = seq.status is SeqStatus.WAITING
+        was = seq.status
         seq.status = SeqStatus.DONE
         seq.deadline = -1
         if self.by_id.get(seq.request_id) is seq:  # the next segment's Seq may already be filed under the id
             del self.by_id[seq.request_id]
-        if was_waiting:
+        self.hungry.pop(seq, None)
+        if was is SeqStatus.WAITING:
             self.waiting.remove(seq)
+            return True
+        if was is SeqStatus.PARKED:
+            seq.parked = None
+            if seq in self.parked:
+                del self.parked[seq]
+            else:
+                self.resuming.remove(seq)
             return True
         if seq in self.running:
             self.running.remove(seq)
@@ -221,6 +279,9 @@ class Scheduler:
         """Its reader is behind (or caught up) before `step`."""
         if seq.status is SeqStatus.WAITING:
             seq.pause_on_join = paused
+            return
+        if seq.status is SeqStatus.PARKED:  # it resumes held if its reader is behind then
+            seq.reader_paused = paused
             return
         seq.reader_paused = paused
         if paused:
@@ -243,4 +304,4 @@ class Scheduler:
             self._rebuild()
 
     def all_seqs(self) -> list[Seq]:
-        return [*self.running, *self.waiting]
+        return [*self.running, *self.waiting, *self.parked, *self.resuming]

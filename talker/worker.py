@@ -1,7 +1,8 @@
 """The Talker worker thread: owns the model, KV cache, sampler state and scheduler.
 
-Its loop is: drain the inbox (block on it when idle) → retire what finished → step. A step reads like a sentence:
-schedule, run, snapshot, publish.
+Its loop is: drain the inbox (block on it when idle) → retire what finished → reslot (only when due) → step. A step
+reads like a sentence: schedule, run, snapshot, publish. Reslotting parks requests starved of text when queued work
+wants their slots, and brings parked ones back when their text has come (talker/parking.py).
 
 With `prefill_midstep`, new requests do not wait for the step in flight: in the pauses the runner makes between the
 code predictor's sub-steps (`Runner.sample_stages`, a generator: the runner never calls back into the worker)
@@ -16,7 +17,8 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -127,6 +129,8 @@ class TalkerWorker:
                 break
             if self._unretired:
                 self._retire_resolved()
+            if self.scheduler.reslot_due():
+                self._reslot()
             if self.scheduler.has_work():
                 pending = self._run_step(pending, contiguous=not idle)
                 idle = False
@@ -181,10 +185,40 @@ class TalkerWorker:
         seq.feed.done |= cmd.done
         if seq.status is SeqStatus.WAITING:
             return  # its prefill writes the whole row
+        if seq.status is SeqStatus.PARKED:  # queued again; its row is written when it has a slot
+            self.scheduler.fed(seq, self._step)
+            return
         self.runner.write_text(seq)
         if seq.starved:  # the input of its next frame was summed without its text token
             self.runner.refresh(seq.slot)
         self.scheduler.fed(seq, self._step)
+
+    def _reslot(self) -> None:
+        """Starved requests give their slots to queued work (what the slots held goes to host memory); parked ones
+        whose text came take free slots (it comes back, and their next input is summed with the new text)."""
+        sched, runner = self.scheduler, self.runner
+        for seq in sched.to_park():
+            with self._failing(seq):
+                seq.parked = runner.park(seq.slot, seq.held_kv_len)
+                sched.park(seq)
+        for seq in sched.resume(self._step):
+            with self._failing(seq):
+                runner.unpark(seq.slot, seq.parked)
+                seq.parked = None
+                runner.write_text(seq)
+                runner.refresh(seq.slot)
+
+    @contextmanager
+    def _failing(self, seq: Seq) -> Iterator[None]:
+        """A failure ends `seq` alone, unless the device cannot go on."""
+        try:
+            yield
+        except Exception as exc:
+            log.error("moving request %s's slot state failed: %r", seq.request_id, exc)
+            self.scheduler.finish(seq)
+            self._publish_failure([seq], exc, fatal=False)
+            if _is_device_fatal(exc):
+                raise
 
     def _retire_resolved(self) -> None:
         """Retire requests whose snapshot is resolved and shows EOS. Never waits for a copy."""

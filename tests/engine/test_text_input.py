@@ -30,6 +30,7 @@ from talker.request import (
     StreamingSpeechRequest,
     TextLayout,
 )
+from talker.scheduler import SeqStatus
 
 TEXT = "Hi there, it's 42."
 SETTINGS = [{"seed": 5}, {"seed": 6, "temperature": 0.0}]  # seeded sampling, and greedy
@@ -296,5 +297,34 @@ async def test_a_blank_text_takes_no_admission_place_until_its_first_word(engine
         blanks[3].stream.cancel()
         await wait_until(lambda: e.active_requests() == 0)
         assert not e._blank
+    finally:
+        await e.stop()
+
+
+@pytest.mark.bitexact
+@pytest.mark.parametrize("settings", SETTINGS, ids=["seeded", "greedy"])
+async def test_a_waiting_request_gives_its_slot_to_queued_work_and_its_audio_does_not_change(
+        engine_config: EngineConfig, settings: dict[str, Any]) -> None:
+    """One slot: each time the streamed text runs out, an ordinary request queued behind it is served in its slot
+    (it is parked in host memory meanwhile), and its audio is still that of the whole text."""
+    e = Engine(dataclasses.replace(engine_config, max_batch=1))
+    await e.start()
+    try:
+        assert e.worker is not None
+        want = await whole(e, TEXT, **settings)
+        handle = e.submit(StreamingSpeechRequest(**settings))
+        words = TEXT.split(" ")
+        handle.append(words[0])
+        parked = 0
+        for i, word in enumerate(words[1:]):
+            await caught_up(e, handle)
+            assert await collect(e.submit(SpeechRequest(text="Meanwhile.", seed=i)))
+            assert not handle.stream.done and not handle.timed_out  # served while the streamed text is open
+            seq = e.worker.scheduler.by_id.get(handle.request_id)
+            parked += seq is not None and seq.status is SeqStatus.PARKED
+            handle.append(" " + word)
+        handle.finish()
+        assert await collect(handle.stream) == want
+        assert parked == len(words) - 2  # every time but the first: it had not started (its first word unsettled)
     finally:
         await e.stop()

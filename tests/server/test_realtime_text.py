@@ -241,3 +241,65 @@ def test_blank_texts_take_no_place_and_a_refused_first_word_fails_its_response(
         send(idle, "input_text_buffer.commit")
         assert_completed(*until_done(idle))
     assert not wait_no_leaks(server.url)
+
+
+def speak(http: httpx.Client, text: str) -> bytes:
+    body = {"model": "tiny", "input": text, "voice": "alloy", "response_format": "pcm", "seed": 1}
+    response = http.post("/v1/audio/speech", json=body)
+    assert response.status_code == 200 and response.content
+    return response.content
+
+
+def test_a_waiting_response_gives_its_slot_to_an_http_request_and_sounds_the_same(
+        make_server: Callable[..., LiveServer]) -> None:
+    """One Talker slot: whenever the streamed text runs out, an HTTP request is served in its slot (the waiting
+    response parked meanwhile); the response's audio is still that of the whole text."""
+    server = make_server(max_batch=1)
+    with connect(server.ws_url, max_size=None, open_timeout=30) as conn, \
+            httpx.Client(base_url=server.url, timeout=60) as http:
+        session(conn, seed=7)
+        want = ordinary(conn, TEXT)
+        words = TEXT.split(" ")
+        send(conn, "input_text_buffer.append", text=" ".join(words[:3]))
+        events = [recv(conn) for _ in OPENING]
+        for word in words[3:]:
+            wait_starved(server)
+            speak(http, "Served meanwhile.")
+            send(conn, "input_text_buffer.append", text=" " + word)
+        send(conn, "input_text_buffer.commit")
+        more, _ = until_done(conn)
+        events += more
+        assert_sequence(events, "completed")
+        assert not [e for e in events if e["type"] == "error"]  # its text never timed out while others were served
+        audio = b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta")
+        assert audio == want
+    assert not wait_no_leaks(server.url)
+
+
+def test_as_many_waiting_texts_as_slots_do_not_hold_an_ordinary_request(
+        make_server: Callable[..., LiveServer]) -> None:
+    """`max_batch` sessions whose texts wait hold every slot; an HTTP request is served while they are still open."""
+    server = make_server(max_batch=2)
+    worker = server.engine.worker
+    assert worker is not None
+    with connect(server.ws_url, max_size=None, open_timeout=30) as a, \
+            connect(server.ws_url, max_size=None, open_timeout=30) as b, \
+            httpx.Client(base_url=server.url, timeout=60) as http:
+        openings = []
+        for conn, seed in ((a, 1), (b, 2)):
+            session(conn, seed=seed)
+            send(conn, "input_text_buffer.append", text="A slow writer has these words and")
+            openings.append([recv(conn) for _ in OPENING])
+        deadline = time.monotonic() + 30
+        while sum(seq.starved for seq in list(worker.scheduler.running)) < 2:
+            assert time.monotonic() < deadline, "the texts do not both wait"
+            time.sleep(0.005)
+        speak(http, "An ordinary request beside slow texts.")
+        for conn, opening in ((a, openings[0]), (b, openings[1])):  # still open: their texts end only now
+            send(conn, "input_text_buffer.append", text=" then no more.")
+            send(conn, "input_text_buffer.commit")
+            events, _ = until_done(conn)
+            done = assert_sequence(opening + events, "completed")
+            assert not [e for e in events if e["type"] == "error"]  # no input_text_timeout: it was still open
+            assert done["output"][0]["content"][0]["transcript"] == "A slow writer has these words and then no more."
+    assert not wait_no_leaks(server.url)

@@ -230,3 +230,53 @@ def test_a_pause_on_join_counts_the_frame_it_made() -> None:
     _step(s, 0)
     s.set_paused(q, False, 5)
     assert _steps_of(s, q, range(5, 9)) == [5] and q.frames_after(5) == 2 and q.starved
+
+
+def test_a_starved_seq_gives_its_slot_only_to_queued_work_and_comes_back_where_it_stopped() -> None:
+    s = Scheduler(max_batch=1, max_prefills=1, max_len=100)
+    q = _fed(0, tokens=1)
+    s.add(q)
+    assert _steps_of(s, q, range(4)) == [0, 1] and q.starved
+    assert not s.reslot_due() and not s.has_work()  # nobody wants its slot: it keeps it
+    other = _seq(1, max_frames=2)
+    s.add(other)
+    assert s.reslot_due() and s.has_work() and s.to_park() == [q]
+    assert q.held_kv_len == 5 + 2 - 1  # its prompt, and frame 1's position (frame 0 came from the prefill)
+    slot = q.slot
+    s.park(q)
+    assert q.status is SeqStatus.PARKED and q.slot == -1 and s.free_slots == [slot] and s.active == 0
+    assert not s.reslot_due() and _steps_of(s, other, range(4, 6)) == [4, 5]  # it is served meanwhile
+    assert q.feed is not None
+    q.feed.tokens.append(101)
+    s.fed(q, 6)
+    s.fed(q, 6)  # more text while it waits for a slot: queued once
+    assert list(s.resuming) == [q] and s.reslot_due()
+    late = _seq(2)
+    s.add(late)  # a new request: the resumed one goes first
+    assert s.resume(8) == [q] and q.status is SeqStatus.RUNNING and q.slot == slot and not s.free_slots
+    assert s.to_park() == [] and _steps_of(s, q, range(8, 10)) == [8]  # frame 2, then it waits again
+    assert q.frames_after(8) == 3 and q.starved and s.to_park() == [q]  # and `late` wants its slot
+
+
+def test_a_parked_seq_ends_cleanly_and_a_reader_pause_holds_it_after_it_resumes() -> None:
+    s = Scheduler(max_batch=1, max_prefills=1, max_len=100)
+    q, r, x = _fed(0, tokens=0), _fed(1, tokens=0), _seq(2)  # the fed ones wait right after their prefill
+    s.add(q)
+    _step(s, 0)
+    s.add(r)
+    s.add(x)
+    assert s.to_park() == [q]
+    s.park(q)
+    _step(s, 1)
+    assert r.starved and s.to_park() == [r]
+    s.park(r)
+    _step(s, 2)
+    assert s.running == [x] and s.finish(q) and q not in s.parked and s.finish(q) is False  # no text came
+    s.set_paused(r, True, 3)  # its reader falls behind while it is parked
+    assert r.feed is not None
+    r.feed.tokens.append(7)
+    s.fed(r, 3)
+    assert s.finish(x) and s.resume(4) == [r] and r.status is SeqStatus.PAUSED  # it holds the slot, not stepped
+    s.set_paused(r, False, 6)
+    assert _steps_of(s, r, range(6, 9)) == [6] and r.frames_after(6) == 2 and r.starved
+    assert list(s.hungry) == [r] and not s.parked and not s.resuming and s.all_seqs() == [r]

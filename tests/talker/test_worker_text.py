@@ -17,8 +17,8 @@ from talker.models.frontend import Frontend, load_tokenizer
 from talker.models.loader import LoadedTalker
 from talker.request import SpeechRequest, TextLayout
 from talker.runner import Runner
-from talker.scheduler import Seq, TextFeed
-from talker.worker import Feed, Stop, Submit, TalkerWorker
+from talker.scheduler import Seq, SeqStatus, TextFeed
+from talker.worker import Abort, Feed, Pause, Stop, Submit, TalkerWorker
 from tests.talker.test_worker import CPU, Recorder, codes, loaded  # noqa: F401  (loaded: a fixture)
 
 pytestmark = pytest.mark.bitexact
@@ -32,13 +32,18 @@ def wait_for(cond: Callable[[], bool], what: str) -> None:
         time.sleep(0.001)
 
 
-def worker_for(loaded: LoadedTalker, recorder: Recorder, steps: list[tuple[str, ...]]) -> TalkerWorker:  # noqa: F811
-    runner = Runner(loaded.model.talker, loaded.cfg, 4, 256, 256, CPU, torch.float32)
-    worker = TalkerWorker(runner, DeviceLayer(CPU), 4, recorder, loaded.cfg.codec.eos)
+def worker_for(loaded: LoadedTalker, recorder: Recorder, steps: list[tuple[str, ...]],  # noqa: F811
+               slots: int = 4) -> TalkerWorker:
+    runner = Runner(loaded.model.talker, loaded.cfg, slots, 256, 256, CPU, torch.float32)
+    worker = TalkerWorker(runner, DeviceLayer(CPU), slots, recorder, loaded.cfg.codec.eos)
     worker.fault_hook = lambda where, batch: steps.append(tuple(s.request_id for s in batch)) \
         if where == "step" else None
     worker.start()
     return worker
+
+
+def made(recorder: Recorder, rid: str, frames: int) -> Callable[[], bool]:
+    return lambda: len(recorder.rows[rid]) == frames
 
 
 def ended(recorder: Recorder, rid: str, eos: int) -> bool:
@@ -90,3 +95,59 @@ def test_fed_text_gives_the_whole_prompts_codes_and_waits_without_steps(
     # a step per frame and none while it waited (such a step would have made a frame of its own)
     assert np.array_equal(codes(recorder, "fed"), codes(recorder, "whole"))
     assert sum("fed" in s for s in steps) == len(recorder.rows["fed"])
+
+
+@pytest.mark.parametrize("slots", [1, 2], ids=["its_own_slot", "another_slot"])
+def test_a_starved_request_gives_its_slot_to_queued_work_and_resumes_bit_for_bit(
+    loaded: LoadedTalker, tiny_dir: Path, slots: int  # noqa: F811
+) -> None:
+    """Each time its text runs out, a request queued behind it gets its slot and is served while it waits (parked:
+    its slot's state in host memory); its text then brings it back, with two slots into the other one, and its
+    codes are still those of the whole text."""
+    frontend = Frontend(loaded.cfg, loaded.generation, load_tokenizer(tiny_dir), 200, 256, 256)
+    request = SpeechRequest(text=TEXT, voice="aria", seed=3, text_layout=TextLayout.STREAMING)
+    whole = frontend.prepare(request)
+    settings = frontend.settings(request)
+    tokens = list(whole.prompt.text)
+    head = [*frontend.tokenizer.plain("assistant\n")[:2], tokens[0]]
+    eos = loaded.cfg.codec.eos
+
+    recorder, steps = Recorder(), list[tuple[str, ...]]()
+    worker = worker_for(loaded, recorder, steps, slots)
+    held_in: list[int] = []
+    try:
+        worker.send(Submit((Seq("whole", whole.prompt, whole.params, whole.seed, whole.max_frames, None),)))
+        wait_for(lambda: ended(recorder, "whole", eos), "the whole text ends")
+        fed = Seq("fed", frontend.stream_prompt(settings, head), settings.params, settings.seed, settings.max_frames,
+                  None, feed=TextFeed([]))
+        worker.send(Submit((fed,)))
+        sent = 0
+        for i, n in enumerate([3, 1, 4]):
+            wait_for(lambda s=sent: len(recorder.rows["fed"]) == s + 1 and fed.starved, "it waits for text")  # type: ignore[misc]
+            held_in.append(fed.slot)
+            blocker = None
+            if slots == 2:  # the other slot is held (its reader is behind): the queued request needs fed's
+                blocker = Seq(f"blocker{i}", whole.prompt, whole.params, 10 + i, 64, None)
+                worker.send(Submit((blocker,)))
+                worker.send(Pause(blocker.request_id, True))
+                wait_for(made(recorder, blocker.request_id, 1), "the blocker holds the other slot")
+            queued = Seq(f"queued{i}", whole.prompt, whole.params, i, 3, None)
+            worker.send(Submit((queued,)))
+            wait_for(made(recorder, queued.request_id, 3), "the queued request is served")
+            assert fed.status is SeqStatus.PARKED and len(recorder.rows["fed"]) == sent + 1
+            parked = fed.parked
+            assert parked is not None and parked.k.shape[2] == int(parked.rows["lengths"])  # its whole KV, no more
+            if blocker is not None:
+                worker.send(Abort(blocker.request_id))
+                wait_for(lambda b=blocker: b.status is SeqStatus.DONE, "the blocker is gone")  # type: ignore[misc]
+            worker.send(Feed("fed", tuple(tokens[1 + sent : 1 + sent + n])))
+            sent += n
+        worker.send(Feed("fed", tuple(tokens[1 + sent :]), done=True))
+        wait_for(lambda: ended(recorder, "fed", eos), "the fed text ends")
+    finally:
+        worker.send(Stop())
+        assert worker.join(30)
+    assert np.array_equal(codes(recorder, "fed"), codes(recorder, "whole"))
+    assert sum("fed" in s for s in steps) == len(recorder.rows["fed"])  # a step per frame, none while parked
+    assert set(held_in) == set(range(slots))  # with two slots, it came back in the other one
+    assert worker.scheduler.parked == {} and not worker.scheduler.resuming and not worker.scheduler.hungry
