@@ -7,27 +7,26 @@ Why a process: PyAV builds a resampler's filter and decodes while holding the GI
 from what a header declares: the sample rate, the channels, the duration, then the running count of decoded
 samples, so a lying header cannot make it decode or allocate more than a real 30 s clip would.
 
-Light on purpose: the stdlib, numpy and av (never torch, nor the server's web stack), so a child starts in a
-fraction of a second. Protocol on stdin/stdout: the child writes a header once it is ready; then per job the parent
-writes a
-4-byte big-endian length and the file's bytes, and the child answers a 4-byte length and a JSON header, followed by
-`samples` float32 samples when the header says ok.
+Light on purpose: the stdlib, numpy, av and the engine package's torch-free part (never torch, nor the server's web
+stack), so a child starts in a fraction of a second. Protocol on stdin/stdout: the child writes a header once it is
+ready; then per job the parent writes a 4-byte big-endian length and the file's bytes, and the child answers a
+4-byte length and a JSON header, followed by `samples` float32 samples when the header says ok.
 """
 
 from __future__ import annotations
 
-import ctypes
 import io
 import json
 import os
 import resource
 import select
-import signal
 import struct
 import sys
 
 import av
 import numpy as np
+
+from engine import die_with_parent  # light: no torch (engine/__init__.py loads the heavy parts lazily)
 
 RATE = 24000
 MIN_SECONDS = 1.0
@@ -119,18 +118,6 @@ def _decode(data: bytes) -> np.ndarray:
     return np.clip(np.nan_to_num(wav, nan=0.0, posinf=1.0, neginf=-1.0), -1.0, 1.0).astype(np.float32, copy=False)
 
 
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def die_with_parent(parent: int) -> None:
-    """SIGKILLed when the server goes, however it ends (kill -9 included; the server spawns from threads that live
-    as long as their pool). Elsewhere than Linux, stdin's EOF and the parent poll end it."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the parent died before the prctl
-        os._exit(1)
-
-
 def limit_memory(limit: int) -> None:
     """A ceiling on the child's writable private memory (RLIMIT_DATA: the heap and anonymous maps). Not its address
     space: the libraries' mapped code and reserved but untouched regions are not what a hostile file can grow."""
@@ -181,7 +168,6 @@ def serve(parent: int) -> None:
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the server's to handle: it ends us
     die_with_parent(int(sys.argv[1]))
     limit_memory(int(sys.argv[2]))
     serve(int(sys.argv[1]))

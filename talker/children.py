@@ -22,7 +22,9 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 def die_with_parent(parent_pid: int) -> None:
     """In the child, first thing: be SIGKILLed when the parent goes, however it ends (SIGKILL and os._exit
     included), so that a hung child never outlives its server. Linux only; elsewhere the pipes' EOF ends an idle
-    child."""
+    child. A terminal's Ctrl-C goes to the whole process group, yet the server ends its children itself: they
+    ignore it (no traceback from each)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if not sys.platform.startswith("linux"):
         return
     libc = ctypes.CDLL(None, use_errno=True)
