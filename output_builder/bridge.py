@@ -213,11 +213,13 @@ class AsyncBridge:
 
     async def _hold(self) -> None:
         """Keep the codec's core free while a first chunk is due (a new request is in the Talker): its prefill
-        step and then its urgent call run without a backlog call beside them."""
+        step and then its urgent call run without a backlog call beside them. A first chunk that is cut but not yet
+        handed to the codec is still due: the router may end `first_due` in the same loop iteration as this lane
+        wakes, before the urgent lane has run."""
         if self.first_due is None or self.hold_s <= 0:
             return
         end = self.loop.time() + self.hold_s
-        while self.first_due() and (left := end - self.loop.time()) > 0:
+        while (self.first_due() or self._urgent) and (left := end - self.loop.time()) > 0:
             self._calls_ready.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(left, 0.002)):
