@@ -96,7 +96,7 @@ async def test_an_idle_reader_is_dropped_and_its_slot_freed(engine_config: Engin
     await e.start()
     try:
         idle = e.submit(SpeechRequest(text=TEXT * 6, seed=1, max_frames=200))
-        await wait_until(lambda: idle.done, timeout=5)
+        await wait_until(lambda: idle.done, timeout=30)
         with pytest.raises(RequestFailedError, match="stopped reading"):
             await collect(idle)
         await wait_until(lambda: e.stats()["slots_in_use"] == 0)

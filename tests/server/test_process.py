@@ -182,7 +182,7 @@ def test_a_second_signal_cuts_the_drain_short(serve: type[Served]) -> None:
     try:
         wait_for(lambda: scrape(server.url)[OPEN_HTTP] == 1, 10)
         server.proc.send_signal(signal.SIGTERM)
-        wait_for(lambda: httpx.get(server.url + "/health", timeout=5).json()["status"] == "draining", 5)
+        wait_for(lambda: httpx.get(server.url + "/health", timeout=5).json()["status"] == "draining", 30)
         server.proc.send_signal(signal.SIGINT)
         assert server.proc.wait(60) == 0  # far sooner than the drain's ten minutes, which nothing else would end
     finally:
