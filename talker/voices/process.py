@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -25,13 +26,16 @@ from talker.children import die_with_parent, spawn
 from talker.request import ClonePrompt, RequestError, RequestFailedError
 
 STOP_TIMEOUT_S = 5.0
+# A clone's budget: a 30 s reference takes ~4 s at the 0.6B sizes on a 2-core CPU. Past it the child is taken to be
+# hung (it would hold every queued clone behind it): it is killed, and the next clone starts another.
+CALL_TIMEOUT_S = 120.0
 
 
 class VoiceProcess:
     """The parent's side. Calls are blocking and serialised; the engine's clone queue makes one at a time."""
 
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
+    def __init__(self, directory: Path, timeout_s: float = CALL_TIMEOUT_S) -> None:
+        self.directory, self.timeout_s = directory, timeout_s
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
@@ -59,12 +63,20 @@ class VoiceProcess:
         with self._lock:
             conn = self._connection()
             try:
+                _send_timeout(conn.fileno(), self.timeout_s)  # a send the child does not read fails then
                 conn.send(message)
-                status, value = conn.recv()
+                answered = conn.poll(self.timeout_s)
+                status, value = conn.recv() if answered else ("timeout", None)
+            except BlockingIOError:
+                status, value = "timeout", None
             except (EOFError, OSError):
                 self._reap()  # the next call starts a new process
                 raise RequestFailedError("the voice encoder process died; try again",
                                          code="voice_encoder_error") from None
+            if status == "timeout":
+                self._reap()
+                raise RequestFailedError(f"the voice encoder took longer than {self.timeout_s:g} s and was stopped; "
+                                         "try again", code="voice_encoder_timeout")
         if status == "error":
             raise value
         if status != "ok":
@@ -107,6 +119,16 @@ class VoiceProcess:
             self._reap()
         finally:
             self._lock.release()
+
+
+def _send_timeout(fd: int, seconds: float) -> None:
+    """SO_SNDTIMEO on the connection's socket (borrowed, not closed): a write that blocks that long raises
+    BlockingIOError."""
+    sock = socket.socket(fileno=fd)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", int(seconds), int(seconds % 1 * 1e6)))
+    finally:
+        sock.detach()
 
 
 def _serve(conn: Connection, directory: Path) -> None:

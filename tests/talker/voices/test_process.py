@@ -1,6 +1,7 @@
 """The voice process through its parent side: real prompts, a refused reference's error with its field, a child
-killed mid-life (the call fails, the next call starts another), and a child that outlives the thread that started
-it (the kernel's parent-death signal follows the thread that forked, so children are forked by one that stays)."""
+killed mid-life (the call fails, the next call starts another), a hung one stopped past its budget, and a child that
+outlives the thread that started it (the kernel's parent-death signal follows the thread that forked, so children
+are forked by one that stays)."""
 
 from __future__ import annotations
 
@@ -78,3 +79,21 @@ def test_close_stops_the_child(voices: VoiceProcess) -> None:
     assert pid is not None
     voices.close()
     assert voices.pid is None and not os.path.exists(f"/proc/{pid}")  # ended and reaped
+
+
+def test_a_hung_child_is_stopped_past_its_budget_and_the_next_call_starts_another() -> None:
+    voices = VoiceProcess(OFFICIAL_BASE)
+    try:
+        voices.prompt(reference(), None)  # started, its encoders loaded
+        voices.timeout_s = 1.0
+        pid = voices.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)  # hung: it never answers, however long the budget
+        with pytest.raises(RequestFailedError, match="longer than 1 s") as stopped:
+            voices.prompt(reference(), "Okay.")
+        assert stopped.value.code == "voice_encoder_timeout"
+        assert voices.pid is None and not os.path.exists(f"/proc/{pid}")  # killed and reaped
+        voices.timeout_s = 600.0
+        assert voices.prompt(reference(), None).ref_codes is None and voices.pid not in (None, pid)
+    finally:
+        voices.close()
