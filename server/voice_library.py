@@ -16,6 +16,7 @@ from server.voice_store import StoredVoice, VoiceStore
 
 ID_PREFIX = "voice_"
 CANDIDATE_POOL = 200  # the latest created names an unknown one is compared with: a bounded query, a bounded match
+MAX_BUILTIN_LISTED = 32  # a checkpoint's voices (speakers and OpenAI's names) named in an unknown voice's error
 SHOWN_CHARS = 64  # of an unknown name, quoted back
 MAX_NAME_CHARS = 256
 _KINDS = {  # what each kind of checkpoint is called in messages, with an example of one
@@ -63,8 +64,11 @@ async def _unknown(store: VoiceStore, engine: Engine, voice: str, param: str) ->
     near = voice_names.close(voice, [*engine.voices, *created])
     shown = voice if len(voice) <= SHOWN_CHARS else voice[:SHOWN_CHARS] + "..."
     hint = f"; did you mean {', '.join(repr(n) for n in near)}?" if near else ""
-    return errors.invalid(f"unknown voice '{shown}'{hint} GET /v1/audio/voices?model={engine.model_id} lists this "
-                          "model's voices, built-in and created", param, "invalid_value")
+    builtin = sorted(engine.voices)  # a checkpoint's few: named in full, unlike the library's
+    if 0 < len(builtin) <= MAX_BUILTIN_LISTED:
+        hint += f"; built-in voices: {', '.join(builtin)}"
+    return errors.invalid(f"unknown voice '{shown}'{hint}; GET /v1/audio/voices?model={engine.model_id} lists every "
+                          "voice of this model, built-in and created", param, "invalid_value")
 
 
 def choice_of(stored: StoredVoice, engine: Engine, param: str) -> VoiceChoice:
