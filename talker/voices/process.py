@@ -66,13 +66,14 @@ class VoiceProcess:
                 _send_timeout(conn.fileno(), self.timeout_s)  # a send the child does not read fails then
                 conn.send(message)
                 answered = conn.poll(self.timeout_s)
-                status, value = conn.recv() if answered else ("timeout", None)
+                reply: tuple[str, Any] = conn.recv() if answered else ("timeout", None)
             except BlockingIOError:
-                status, value = "timeout", None
+                reply = ("timeout", None)
             except (EOFError, OSError):
                 self._reap()  # the next call starts a new process
                 raise RequestFailedError("the voice encoder process died; try again",
                                          code="voice_encoder_error") from None
+            status, value = reply
             if status == "timeout":
                 self._reap()
                 raise RequestFailedError(f"the voice encoder took longer than {self.timeout_s:g} s and was stopped; "
