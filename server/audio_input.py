@@ -18,7 +18,7 @@ __all__ = ["KINDS", "MAX_BYTES", "MAX_SECONDS", "MIN_SECONDS", "RATE", "decode",
            "too_big"]
 MAX_BYTES = 10 * 2**20  # encoded, as OpenAI's voice uploads
 _DATA_URL = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(?:;[\w.+-]+=[^;,]*)*)(?P<b64>;base64)?,",
-                       re.ASCII)
+                       re.ASCII | re.IGNORECASE)  # schemes and MIME types are case-insensitive (RFC 3986, 2045)
 _BINARY = ("application/octet-stream", "application/ogg")
 
 

@@ -74,10 +74,12 @@ def authority(value: str) -> Authority | None:
         host, port = (host, port_text) if colon else (text, None)
         if ":" in host:  # an IPv6 address must be in brackets
             return None
-    if port is not None and not (port.isdigit() and len(port) <= 5):
+    if port is not None and not (port.isdigit() and int(port) <= 65535):
         return None
-    host = host.rstrip(".")
-    return (host, int(port) if port is not None else None) if host else None
+    host = host.removesuffix(".")  # the root's dot: `localhost.` is `localhost`
+    if not host or host.startswith(".") or host.endswith(".") or ".." in host:  # an empty label: no name
+        return None
+    return host, int(port) if port is not None else None
 
 
 def is_loopback(host: str) -> bool:
@@ -153,6 +155,8 @@ class Guard:
     def check(self, scope: Scope) -> errors.ApiError | None:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         given = headers.get("host")
+        if (refused := _host_count_error(scope)) is not None:
+            return refused
         host = authority(given) if given is not None else None
         if given is not None and (host is None or not self.hosts.allows(host)):
             return errors.ApiError(400, f"the Host header {given[:100]!r} does not name this server; start it with "
@@ -169,6 +173,17 @@ class Guard:
                                    "state; list it in --allowed-origins (or --cors-origins) to allow them",
                                    errors.ErrorType.INVALID_REQUEST, code="origin_not_allowed")
         return None
+
+
+def _host_count_error(scope: Scope) -> errors.ApiError | None:
+    """One Host header, and one at all in HTTP/1.1 (RFC 9112 3.2): with two, which one a proxy and this server each
+    read is anyone's guess."""
+    count = sum(1 for k, _ in scope["headers"] if k == b"host")
+    if count > 1 or (count == 0 and scope.get("http_version") == "1.1"):
+        what = "more than one Host header" if count else "no Host header"
+        return errors.ApiError(400, f"the request has {what}; send exactly one", errors.ErrorType.INVALID_REQUEST,
+                               code="host_not_allowed")
+    return None
 
 
 def _route_path(scope: Scope) -> str:

@@ -6,13 +6,14 @@ from __future__ import annotations
 import base64
 import io
 import wave
+from fractions import Fraction
 
 import av
 import numpy as np
 import pytest
 import soundfile as sf
 
-from server import audio_input
+from server import audio_input, decoder_process
 from server.errors import ApiError
 from tests.conftest import FIXTURES
 
@@ -175,3 +176,42 @@ def test_files_within_the_limits_decode_and_one_declared_or_counted_longer_is_re
     # the count of decoded samples stops a file that holds more than it declares
     refused("audio_too_long", "recording", audio_input.decode, flac_claiming(40.0, 1.0), "recording")
     assert audio_input.decode(flac_claiming(2.0, 1.0), "recording").size == 48000
+
+
+def wav_with_bits(bits: int) -> bytes:
+    """A 1 s PCM WAV whose header says `bits` bits per sample (0 and 65535 made PyAV raise AttributeError)."""
+    data = bytearray(lying_wav(24000, 1, 48000))
+    data[34:36] = bits.to_bytes(2, "little")  # the fmt chunk's bits_per_sample
+    return bytes(data)
+
+
+def one_sample_frames(frames: int, rate: int = 384000) -> bytes:
+    """Matroska holding `frames` blocks of one PCM sample each: within every declared limit, yet each frame costs its
+    decoder a call (1.25 M of them ran a decoder to its time budget)."""
+    buf = io.BytesIO()
+    samples = np.random.default_rng(0).integers(-3000, 3000, frames, dtype="<i2").tobytes()
+    with av.open(buf, "w", format="matroska") as container:
+        stream = container.add_stream("pcm_s16le", rate=rate, layout="mono")
+        for i in range(frames):
+            packet = av.Packet(samples[2 * i:2 * i + 2])
+            packet.stream, packet.time_base, packet.pts = stream, Fraction(1, rate), i
+            container.mux(packet)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("bits", [0, 65535])
+def test_a_header_that_breaks_the_decoder_is_invalid_audio(bits: int) -> None:
+    message = refused("invalid_audio", "recording", audio_input.decode, wav_with_bits(bits), "recording")
+    assert "could not be decoded" in message
+
+
+def test_a_file_of_too_many_frames_is_refused_at_the_limit() -> None:
+    limit = decoder_process.MAX_FRAMES
+    message = refused("audio_too_complex", "audio_sample", audio_input.decode, one_sample_frames(limit + 1),
+                      "audio_sample")
+    assert f"more than {limit} frames" in message
+
+
+def test_a_data_url_scheme_is_case_insensitive() -> None:
+    data = REF.read_bytes()
+    assert audio_input.parse_ref_audio("DATA:audio/wav;BASE64," + base64.b64encode(data).decode()) == data
