@@ -395,6 +395,11 @@ class Engine:
         if transcript is not None and self._loaded is not None:
             self._loaded.frontend.check_reference(transcript, 0, param)
 
+    def check_design(self, description: str, param: str) -> None:
+        """Refuses (RequestError naming `param`) a designed voice's description too long for it to ever speak."""
+        if self._loaded is not None:
+            self._loaded.frontend.check_design(description, param)
+
     @property
     def languages(self) -> list[str]:
         return ["auto", *sorted(self._loaded.talker.cfg.languages)] if self._loaded else ["auto"]

@@ -17,7 +17,7 @@ from starlette.datastructures import FormData
 from starlette.datastructures import UploadFile as FormFile
 
 from engine import Engine, VoiceKind
-from server import audio_input, errors
+from server import audio_input, errors, voice_names
 from server.protocol import (
     MAX_INPUT_CHARS,
     ErrorEnvelope,
@@ -162,10 +162,11 @@ async def _clone(state: ServerState, engine: Engine, body: VoiceCreate, sample: 
 async def _design(state: ServerState, engine: Engine, body: VoiceCreate, sample: FormFile | None) -> VoiceObject:
     for value, field in ((sample, "audio_sample"), (body.consent, "consent"), (body.transcript, "transcript")):
         _refuse(value, field, "type=audio_sample")
-    if body.prompt is None or not body.prompt.strip():
+    if body.prompt is None or not voice_names.visible(body.prompt):  # blank, or only invisible characters
         raise errors.invalid("prompt: a description of the voice is required for type=prompt", "prompt",
                              "missing_field")
     require_kind(engine, VoiceKind.VOICE_DESIGN, "model")
+    engine.check_design(body.prompt, "prompt")
     await _can_store(state.library, engine, body.name)
     return await _insert(state.library, body, engine, prompt=body.prompt)
 

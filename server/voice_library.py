@@ -33,11 +33,9 @@ class VoiceChoice:
     description: str | None = None  # a designed voice's words
 
     def fields(self, instructions: str | None) -> dict[str, Any]:
-        """The engine request's `voice`, `clone` and `instructions`. A designed voice is its description, said as
-        the instructions, ahead of the request's own."""
-        if self.description is not None:
-            instructions = self.description + ("\n" + instructions if instructions else "")
-        return {"voice": self.builtin, "clone": self.clone, "instructions": instructions}
+        """The engine request's `voice`, `clone`, `design` and `instructions`. A designed voice is its description,
+        said as instructions ahead of the request's own (kept apart, so that one too long is the voice's error)."""
+        return {"voice": self.builtin, "clone": self.clone, "design": self.description, "instructions": instructions}
 
 
 async def resolve(state: ServerState, engine: Engine, voice: str | None, param: str = "voice") -> VoiceChoice:
@@ -102,9 +100,10 @@ def check_name(engine: Engine, name: str) -> str:
     """A created voice's name as it will be stored (`shown_name`). Refused also: an id, and a name that is, or looks
     like, a built-in voice of the model (those win)."""
     shown = shown_name(name)
-    if voice_names.key(shown).startswith(ID_PREFIX):
-        raise errors.invalid(f"name must not start with '{ID_PREFIX}' (voice ids do)", "name", "invalid_value")
     skeleton = voice_names.skeleton(shown)
+    if voice_names.key(shown).startswith(ID_PREFIX) or skeleton.startswith(voice_names.skeleton(ID_PREFIX)):
+        raise errors.invalid(f"name must not start with '{ID_PREFIX}', nor look like it (voice ids do)", "name",
+                             "invalid_value")
     if builtin := next((b for b in engine.voices if voice_names.skeleton(b) == skeleton), None):
         raise errors.invalid(f"'{shown}' is, or looks like, the built-in voice '{builtin}' of model "
                              f"'{engine.model_id}'; pick another name", "name", "invalid_value")
@@ -117,6 +116,9 @@ def shown_name(name: str) -> str:
     if not voice_names.visible(shown):
         raise errors.invalid("name must have a visible character (it is blank, or only invisible characters)",
                              "name", "invalid_value")
+    if voice_names.has_control(shown):
+        raise errors.invalid("name must not hold control characters (such as a NUL, a newline or a tab)", "name",
+                             "invalid_value")
     if len(shown) > MAX_NAME_CHARS:
         raise errors.invalid(f"name is longer than {MAX_NAME_CHARS} characters once normalised", "name",
                              "invalid_value")

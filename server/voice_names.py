@@ -6,9 +6,13 @@ their keys are equal: Unicode case folding (`Ärger` is `ärger`, which SQLite's
 with invisible characters (zero-width spaces and joiners, other format characters) left out and runs of spaces made
 one. A name needs a visible character.
 
-Look-alikes: a created voice may not pass for a built-in one. Its skeleton (its key with the common Cyrillic and
-Greek homoglyphs of Latin letters read as those letters) must differ from every built-in's. Only built-in names are
-guarded this way: created names in other scripts are compared by key alone, so `Сергей` and `Cepreй` may both exist.
+Look-alikes: a created voice may not pass for a built-in one. Its skeleton must differ from every built-in's: its
+key without accents (combining marks dropped after NFD: `alloý` is `alloy`), with a small table of confusables read
+as the Latin letters they look like (common Cyrillic, Greek and Armenian homoglyphs; i, I, digit 1, `|` and U+01C0
+`ǀ` all read as `l`; digit 0 as `o`). It is a short documented table, not Unicode's whole confusables file.
+Only built-in names (and the `voice_` prefix of ids) are guarded this way: created names in other scripts are
+compared by key alone, so `Сергей` and `Cepreй` may both exist. A name with a control character in it is refused
+(`has_control`).
 """
 
 from __future__ import annotations
@@ -29,9 +33,15 @@ _HOMOGLYPHS = str.maketrans(
     # Cyrillic
     "аАвВеЕкКмМнНоОрРсСтТуУхХіІјЈѕЅԁԛԜԝһҺӏӀѵѴүҮɡɑı"
     # Greek
-    "αΑβΒεΕζΖηΗιΙκΚμΜνΝοΟρΡτΤυΥχΧγ",
-    "aAbBeEkKmMhHoOpPcCtTyYxXiIjJsSdqWwhHlIvVyYgai"
-    "aAbBeEzZnHiIkKuMvNoOpPtTuYxXy",
+    "αΑβΒεΕζΖηΗιΙκΚμΜνΝοΟρΡτΤυΥχΧγ"
+    # Armenian
+    "օՕոսՍհցզՏԼ"
+    # the l class (Latin capital I, digit one, vertical line, dental click U+01C0) and digit zero
+    "I1|ǀ0",
+    "aAbBeEkKmMhHoOpPcCtTyYxXiljJsSdqWwhHllvVyYgai"
+    "aAbBeEzZnHilkKuMvNoOpPtTuYxXy"
+    "oOnuUhgqSL"
+    "llllo",
 )
 
 
@@ -58,8 +68,15 @@ def key(name: str) -> str:
 
 
 def skeleton(name: str) -> str:
-    """The key of the name with look-alike letters read as the Latin ones they look like."""
-    return key(unicodedata.normalize("NFKC", name).translate(_HOMOGLYPHS))
+    """The key of the name without accents and with look-alike letters read as the Latin ones they look like."""
+    bare = "".join(c for c in unicodedata.normalize("NFD", unicodedata.normalize("NFKC", name))
+                   if unicodedata.category(c) != "Mn")
+    return key(bare.translate(_HOMOGLYPHS)).replace("i", "l")  # after folding, so that `VIVIAN` is still `Vivian`
+
+
+def has_control(name: str) -> bool:
+    """Whether a control character (a NUL, a newline, a tab...) is in the name."""
+    return any(unicodedata.category(c) == "Cc" for c in name)
 
 
 def close(name: str, names: Iterable[str]) -> list[str]:

@@ -132,6 +132,7 @@ class SpeechRequest:
     voice: str | None = None
     language: str | None = None
     instructions: str | None = None
+    design: str | None = None  # a created voice's description (VoiceDesign): said ahead of the instructions
     seed: int | None = None
     temperature: float | None = None
     top_k: int | None = None

@@ -102,7 +102,9 @@ class Frontend:
         speaker = voice.speaker if voice else None
         prefix = codec_prefix(self.cfg, req.language, speaker, vector=vector is not None)
         description = voice.description if voice else None
-        instructions = "\n".join(t for t in (description, req.instructions) if t) or None
+        if req.design:  # a description that leaves no room is the voice's fault, not the request's instructions'
+            self.check_design(req.design, "voice", len(prefix))
+        instructions = "\n".join(t for t in (description, req.design, req.instructions) if t) or None
         instruct = self._instruct_ids(instructions)
         params = self.sampling(req)
         limit = req.max_frames
@@ -198,6 +200,27 @@ class Frontend:
             f"{max(0, limit)} tokens fit{recording} (the reference is repeated in every prompt of "
             f"{self.max_prompt} tokens, and at least {MIN_SEGMENT_TOKENS} must be left for the input); shorten it",
             param=param)
+
+    def check_design(self, description: str, param: str, prefix: int | None = None) -> None:
+        """Refuses a designed voice's description that leaves an input too little room: said as instructions in every
+        prompt, it would make the voice unable to speak. `param`: the field that carries it (`prompt` as the voice is
+        made; `voice` as it speaks, when it was stored before this check or the server's prompt is smaller now);
+        `prefix`: the request's codec prefix, else the longest one a designed voice has."""
+        instruct = self._instruct_ids(description)
+        if not instruct:
+            return
+        if prefix is None:
+            prefix = len(codec_prefix(self.cfg, None, None, vector=False)) + 1  # + a language's token, when asked
+        room, _ = self._room(prefix, len(instruct), None)
+        if room >= MIN_SEGMENT_TOKENS:
+            return
+        limit = max(0, len(instruct) - MIN_SEGMENT_TOKENS + room)
+        what, fix = (("the voice's description", "make the voice again with a shorter one") if param == "voice"
+                     else (param, "shorten it"))
+        raise RequestError(
+            f"{what} is too long for this model: it is {len(instruct)} tokens ({len(description)} characters), and "
+            f"at most {limit} tokens fit (a designed voice's description is said in every prompt of {self.max_prompt} "
+            f"tokens, and at least {MIN_SEGMENT_TOKENS} must be left for the input); {fix}", param=param)
 
     def speaker_for(self, voice: str | None) -> str | None:
         found = self._voice(voice)

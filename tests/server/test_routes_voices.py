@@ -301,14 +301,65 @@ def test_names_are_trimmed_normalised_and_compared_case_folded(lib: LiveServer) 
         resp = design(same)
         assert (resp.status_code, resp.json().get("error", {}).get("code")) == (409, "voice_name_taken"), same
     assert speak(lib, model=VD, voice="ärger ").status_code == 200  # looked up by the same key
-    lookalikes = ["alloy ", "ＡＬＬＯＹ", "\u0430llo\u0443", "al\u200dloy", "\u200balloy", "Ech\u03bf", "ｖｏｉｃｅ_x"]
-    for name in [*lookalikes, "\u200b\u200c\u2060", "\u3164", " \u00a0\t", "\u0301"]:
+    lookalikes = ["alloy ", "ＡＬＬＯＹ", "\u0430llo\u0443", "al\u200dloy", "\u200balloy", "Ech\u03bf", "ｖｏｉｃｅ_x",
+                  "all\u0585y", "aIIoy", "a\u01c0\u01c0oy", "all\u1ecdy", "allo\u00fd", "v\u043eice_abc"]
+    controls = ["ab\u0000c", "ab\ncd"]
+    for name in [*lookalikes, *controls, "\u200b\u200c\u2060", "\u3164", " \u00a0\t", "\u0301"]:
         resp = design(name)
         error = resp.json().get("error", {})
         assert (resp.status_code, error.get("code"), error.get("param")) == (400, "invalid_value", "name"), name
     assert "looks like, the built-in voice 'alloy'" in design("\u0430lloy").json()["error"]["message"]
+    assert "control characters" in design("ab\u0000c").json()["error"]["message"]
+    consent_url = lib.url + "/v1/audio/voice_consents"
+    for name in controls:  # a consent's name follows the same rules
+        resp = httpx.post(consent_url, data={"name": name, "language": "en-US"}, files={"recording": ("a.wav", REF)},
+                          timeout=60)
+        assert (resp.status_code, resp.json().get("error", {}).get("param")) == (400, "name"), resp.text
     names = [v["name"] for v in created(lib, VD)]
     assert [n for n in names if "rger" in n.lower() or "ll" in n.lower() or n.lower().startswith("ech")] == ["Ärger"]
+
+
+def test_a_description_that_leaves_no_room_is_refused_as_the_voice_is_made(lib: LiveServer) -> None:
+    def design(name: str, prompt: str) -> httpx.Response:
+        return httpx.post(lib.url + "/v1/audio/voices", json={"type": "prompt", "name": name, "prompt": prompt,
+                                                              "model": VD}, timeout=30)
+
+    for name, prompt in (("P2000", "a" * 2000), ("P4000", "a" * 4000)):  # the prompt here: max_len less max_frames
+        error = design(name, prompt).json()["error"]
+        assert (error["param"], error["code"]) == ("prompt", "invalid_value"), error
+        assert "prompt is too long for this model" in error["message"] and "at most" in error["message"]
+    invisible = design("Pinvisible", "\u200b\u200b").json()["error"]
+    assert (invisible["param"], invisible["code"]) == ("prompt", "missing_field")
+    names = {v["name"] for v in created(lib, VD)}
+    assert not names & {"P2000", "P4000", "Pinvisible"}
+
+
+def design_voice(server: LiveServer, name: str) -> str:
+    resp = httpx.post(server.url + "/v1/audio/voices", json={"type": "prompt", "name": name, "prompt": DESIGN,
+                                                              "model": VD}, timeout=30)
+    resp.raise_for_status()
+    return str(resp.json()["id"])
+
+
+def test_a_stored_description_that_leaves_no_room_is_the_voices_error(lib: LiveServer) -> None:
+    """A voice stored before the check (or under a larger prompt): speaking it names the voice, not the instructions
+    that were never sent; the same in a Realtime response."""
+    stored = state_of(lib.app).library.add_voice("Too wordy", VD, prompt="a" * 4000)
+    error = speak(lib, model=VD, voice={"id": stored.id}).json()["error"]
+    assert error["param"] == "voice" and "the voice's description is too long" in error["message"], error
+    with connect(lib.ws_url, max_size=None) as conn:
+        assert recv(conn)["type"] == "session.created"
+        send(conn, "session.update", session={"type": "realtime", "model": VD,
+                                              "audio": {"output": {"voice": {"id": stored.id}}}})
+        recv(conn)
+        send(conn, "conversation.item.create", item={"type": "message", "role": "user",
+                                                     "content": [{"type": "input_text", "text": TEXT}]})
+        send(conn, "response.create")
+        error = next(e for e in iter(lambda: recv(conn), None) if e["type"] == "error")["error"]
+    assert error["param"] == "voice" and "the voice's description is too long" in error["message"], error
+    brief = design_voice(lib, "Brief")
+    long_asked = speak(lib, model=VD, voice={"id": brief}, instructions="i" * 4000).json()["error"]
+    assert long_asked["param"] == "instructions", long_asked  # the request's own words: its fault
 
 
 def test_a_field_given_twice_is_refused(lib: LiveServer) -> None:

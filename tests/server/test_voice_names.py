@@ -32,9 +32,23 @@ def test_names_without_a_visible_character(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["alloy", "ALLOY", "ａｌｌｏｙ", "\u0430ll\u043ey", "\u0391lloy", "al\u200bloy",
-                                  "alloy\ufe0f"])
+                                  "alloy\ufe0f",
+                                  # Armenian o; capital I, digit one, U+01C0 for l; accents, combining or precomposed
+                                  "all\u0585y", "aIIoy", "a11oy", "a\u01c0\u01c0oy", "all\u1ecdy", "allo\u0323y",
+                                  "allo\u00fd", "allo\u0301y"])
 def test_look_alikes_of_a_built_in_voice_share_its_skeleton(name: str) -> None:
     assert voice_names.skeleton(name) == voice_names.skeleton("alloy")
+
+
+def test_a_skeleton_still_folds_case_and_reads_the_id_prefix() -> None:
+    assert voice_names.skeleton("VIVIAN") == voice_names.skeleton("Vivian")  # capital I read as l, and small i too
+    assert voice_names.skeleton("v\u043eice_abc").startswith(voice_names.skeleton("voice_"))  # a Cyrillic o
+
+
+@pytest.mark.parametrize(("name", "control"), [("ab\u0000c", True), ("ab\ncd", True), ("a\tb", True),
+                                               ("a\u0085b", True), ("a b", False), ("Ärger", False)])
+def test_control_characters_inside_a_name_are_seen(name: str, control: bool) -> None:
+    assert voice_names.has_control(voice_names.display(name)) is control
 
 
 def test_other_scripts_keep_their_names() -> None:

@@ -130,3 +130,20 @@ def test_a_reference_that_leaves_no_room_is_refused_naming_its_field() -> None:
     with pytest.raises(RequestError, match="reference is too long") as err:
         base.prepare(SpeechRequest(text="hi", clone=clone))
     assert err.value.param == "voice"
+
+
+def test_a_description_that_leaves_no_room_is_refused_naming_its_field() -> None:
+    """A designed voice's description that could never leave an input room is refused by `prompt` at creation, and
+    a request speaking such a voice blames the voice; its own instructions that take the room still blame them."""
+    vd = frontend_for(OFFICIAL_VD)  # 256 prompt tokens
+    vd.check_design("A calm, deep male voice.", "prompt")
+    long = "a calm voice " * 100
+    with pytest.raises(RequestError, match=r"^prompt is too long .* at most \d+ tokens fit") as err:
+        vd.check_design(long, "prompt")
+    assert err.value.param == "prompt"
+    with pytest.raises(RequestError, match="the voice's description is too long") as err:
+        vd.prepare(SpeechRequest(text="hi", design=long))
+    assert err.value.param == "voice"
+    with pytest.raises(RequestError, match="instructions are too long") as err:
+        vd.prepare(SpeechRequest(text="hi", design="A calm voice.", instructions=long))
+    assert err.value.param == "instructions"
