@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from engine.config import EngineConfig, OutputMode, api_key_from_env, default_cache_dir
 from talker.request import (
     MAX_INPUT_CHARS,
+    MAX_TEXT_S,
+    MIN_TEXT_RATE,
     ClonePrompt,
     EngineBusyError,
     EngineDeadError,
@@ -24,6 +26,7 @@ from talker.request import (
     SamplingParams,
     SpeechRequest,
     StreamingSpeechRequest,
+    TextEnd,
     TextLayout,
     VoiceKind,
 )
@@ -41,10 +44,11 @@ _LAZY = {"Engine": "engine.engine", "SpeechInput": "engine.text_input", "AudioSt
          "die_with_parent": "talker.children", "spawn": "talker.children"}
 
 __all__ = [
-    "MAX_INPUT_CHARS", "AudioStream", "ClonePrompt", "Engine", "EngineBusyError", "EngineConfig", "EngineDeadError",
-    "EngineState", "FinishReason", "OutputMode", "RequestError", "RequestFailedError", "SamplingParams",
-    "SpeechInput", "SpeechRequest", "StepTiming", "StreamingSpeechRequest", "TextLayout", "Usage", "VoiceKind",
-    "api_key_from_env", "default_cache_dir", "die_with_parent", "resolve_checkpoint", "spawn",
+    "MAX_INPUT_CHARS", "MAX_TEXT_S", "MIN_TEXT_RATE", "AudioStream", "ClonePrompt", "Engine", "EngineBusyError",
+    "EngineConfig", "EngineDeadError", "EngineState", "FinishReason", "OutputMode", "RequestError",
+    "RequestFailedError", "SamplingParams", "SpeechInput", "SpeechRequest", "StepTiming", "StreamingSpeechRequest",
+    "TextEnd", "TextLayout", "Usage", "VoiceKind", "api_key_from_env", "default_cache_dir", "die_with_parent",
+    "resolve_checkpoint", "spawn",
 ]
 
 

@@ -26,6 +26,7 @@ from output_builder.sync_bridge import SyncBridge
 from talker.device import DeviceLayer
 from talker.models.frontend import Prepared, Voice
 from talker.models.hub import is_directory
+from talker.models.text_stream import visible_chars
 from talker.request import (
     ClonePrompt,
     EngineBusyError,
@@ -181,7 +182,7 @@ class Engine:
             raise RequestError("request_id is already in use", param="request_id")
 
     def _submit_streaming(self, request: StreamingSpeechRequest) -> SpeechInput:
-        blank = not request.text.strip()  # admitted at its first visible character (`admit`)
+        blank = not visible_chars(request.text)  # admitted at its first visible character (`admit`)
         self.check_admission(0 if blank else 1)
         assert self._loaded is not None and self.worker is not None
         frontend, worker, rid = self._loaded.frontend, self.worker, request.request_id
@@ -331,14 +332,14 @@ class Engine:
                 self._fail(out, RequestFailedError("the client stopped reading audio", code="reader_timeout"))
 
     def _check_writers(self, now: float) -> None:
-        """A text that has been quiet for `text_timeout_s` ends as if its writer had finished it."""
+        """A text that is quiet, too slow or too old (`SpeechInput.overdue`) ends as if its writer had finished it."""
         for rid, handle in list(self._inputs.items()):
             if handle.finished or handle.stream.done:
                 del self._inputs[rid]
-            elif handle.idle_for(now) > self.config.text_timeout_s:
-                log.warning("request %s: no text for %.0f s; ending its text", rid, self.config.text_timeout_s)
+            elif (why := handle.overdue(now, self.config.text_timeout_s)) is not None:
+                log.warning("request %s: its text %s; ending it", rid, why.value)
                 del self._inputs[rid]
-                handle.time_out()
+                handle.time_out(why)
 
     def _check_workers(self) -> None:
         if self.state not in (EngineState.READY, EngineState.DRAINING):

@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 from output_builder.streams import AudioStream
 from talker.models.qwen3_tts.prompt import ROLE_TOKENS
-from talker.models.text_stream import TextStream
-from talker.request import MAX_INPUT_CHARS, RequestError
+from talker.models.text_stream import TextStream, visible_chars
+from talker.request import MAX_INPUT_CHARS, MAX_TEXT_S, MIN_TEXT_RATE, RequestError, TextEnd
 from talker.worker import Feed
 
 log = logging.getLogger("talkstream.engine")
@@ -26,18 +26,19 @@ Start = Callable[[list[int], bool], None]  # (the head and every token after it 
 
 class SpeechInput:
     """`append` text as it comes (str, or UTF-8 bytes cut anywhere), then `finish` it; read the audio from
-    `stream`. A text with no visible character appended for longer than the engine's `text_timeout_s` is finished
-    for its writer (`timed_out`, and `on_timeout` is called). Appending to a request that has ended (cancelled,
-    failed) does nothing."""
+    `stream`. A text with no visible character appended for longer than the engine's `text_timeout_s`, or slower
+    than `MIN_TEXT_RATE` after that long, or open for `MAX_TEXT_S`, is finished for its writer (`timed_out` says why,
+    and `on_timeout` is called with it). Appending to a request that has ended (cancelled, failed) does nothing."""
 
     def __init__(self, request_id: str, stream: AudioStream, text: TextStream, start: Start,
                  send: Callable[[Feed], None], max_tokens: int, base_tokens: int = 0,
                  admit: Callable[[], bool] | None = None) -> None:
         self.request_id, self.stream = request_id, stream
         self.finished = False  # no more text
-        self.timed_out = False
-        self.on_timeout: Callable[[], None] | None = None
-        self.last_append = time.monotonic()
+        self.timed_out: TextEnd | None = None  # why the engine ended its text, if it did
+        self.on_timeout: Callable[[TextEnd], None] | None = None
+        self.opened = self.last_append = time.monotonic()
+        self.visible = 0  # visible characters received
         self._text, self._start, self._send = text, start, send
         self._head: list[int] | None = []  # tokens released before it started; None once started
         self._released = 0  # tokens released, the role's included
@@ -57,9 +58,10 @@ class SpeechInput:
                                param="text")
         before = self._text.chars
         tokens = self._text.append(text)
-        if self._text.chars > before and self._text.text[before:].strip():
-            # only visible text is activity: empty or blank pieces (or bytes that complete no character) cost
-            # nothing against the budget, or little, and would otherwise keep a text open forever
+        if self._text.chars > before and (seen := visible_chars(self._text.text[before:])):
+            # only visible text is activity: empty, blank or invisible pieces (or bytes that complete no character)
+            # cost nothing against the budget, or little, and would otherwise keep a text open forever
+            self.visible += seen
             self.last_append = time.monotonic()
             if self._admit is not None:
                 admit, self._admit = self._admit, None
@@ -73,17 +75,26 @@ class SpeechInput:
             self.finished = True
             self._take(self._text.finish(), done=True)
 
-    def time_out(self) -> None:
+    def time_out(self, why: TextEnd = TextEnd.QUIET) -> None:
         if self.finished:
             return
-        self.timed_out = True
+        self.timed_out = why
         self.finish()
         if self.on_timeout is not None:
-            self.on_timeout()
+            self.on_timeout(why)
 
-    def idle_for(self, now: float) -> float:
-        """Seconds since the last piece of text, while more may come."""
-        return 0.0 if self.finished or self.stream.done else now - self.last_append
+    def overdue(self, now: float, timeout: float) -> TextEnd | None:
+        """Why its text should end now (None: it may stay open); `timeout` is the engine's `text_timeout_s`."""
+        if self.finished or self.stream.done:
+            return None
+        if now - self.last_append > timeout:
+            return TextEnd.QUIET
+        age = now - self.opened
+        if age > MAX_TEXT_S:
+            return TextEnd.EXPIRED
+        if age > timeout and self.visible < MIN_TEXT_RATE * age:
+            return TextEnd.SLOW
+        return None
 
     def _take(self, tokens: list[int], done: bool) -> None:
         if self.stream.done:
@@ -100,7 +111,7 @@ class SpeechInput:
         else:
             self._head += tokens
             # a blank start waits: tokens of spaces alone would be spoken, yet a blank text is no text
-            blank = not self._text.text.strip()
+            blank = not self.visible
             if (len(self._head) >= HEAD and not blank) or done:
                 head, self._head = self._head, None
                 self._start([] if blank else head, done)

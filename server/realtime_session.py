@@ -13,7 +13,16 @@ from typing import Any
 from fastapi import WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from engine import Engine, FinishReason, SpeechInput, SpeechRequest, StreamingSpeechRequest
+from engine import (
+    MAX_TEXT_S,
+    MIN_TEXT_RATE,
+    Engine,
+    FinishReason,
+    SpeechInput,
+    SpeechRequest,
+    StreamingSpeechRequest,
+    TextEnd,
+)
 from server import errors, voice_library
 from server.encoders import AudioFormat
 from server.http_protocol import abort_of
@@ -223,11 +232,18 @@ class Session:
             case ResponseCancel():
                 self.cancel(event.response_id)
 
-    def _text_quiet(self) -> None:
-        """The engine ended a streaming text that went quiet (on the event loop, from its watchdog)."""
+    def _text_ended(self, why: TextEnd) -> None:
+        """The engine ended a streaming text that went quiet, came too slowly or was open too long (on the event
+        loop, from its watchdog)."""
         timeout = self.engine.config.text_timeout_s
-        err = errors.invalid(f"no text came for {timeout:g} s: the response's text was ended as if committed",
-                             "text", "input_text_timeout")
+        cause, code = {
+            TextEnd.QUIET: (f"no text came for {timeout:g} s", "input_text_timeout"),
+            TextEnd.SLOW: (f"the text came slower than {MIN_TEXT_RATE:g} visible character a second",
+                           "input_text_too_slow"),
+            TextEnd.EXPIRED: (f"the text was open for {MAX_TEXT_S:g} s, the most a streamed text may be",
+                              "input_text_expired"),
+        }[why]
+        err = errors.invalid(f"{cause}: the response's text was ended as if committed", "text", code)
         task = asyncio.get_running_loop().create_task(self.error(err))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -307,7 +323,7 @@ class Session:
                                               s.get("voice"), speed, limit, self.conversation_id, self.last_item_id,
                                               feed)
         if feed is not None:
-            feed.on_timeout = self._text_quiet
+            feed.on_timeout = self._text_ended
         self.last_item_id = active.item_id
         await self.send_all(active.opening(self._eid))
         active.task = asyncio.create_task(self._stream(active), name=f"realtime-{active.id}")

@@ -25,6 +25,21 @@ class TextLayout(StrEnum):
     STREAMING = "streaming"
 
 
+# A streamed text's writer must keep it moving, or it holds an admission place for nothing: past its first
+# `text_timeout_s`, a text averaging under 1 visible character a second (an LLM writes tens, a typist several) is
+# ended, and none stays open past 10 minutes (a 4096-character answer at 10 characters a second takes 7).
+MIN_TEXT_RATE = 1.0  # visible characters per second, averaged since the text opened
+MAX_TEXT_S = 600.0
+
+
+class TextEnd(StrEnum):
+    """Why the engine ended a streamed text for its writer, as if it had finished it."""
+
+    QUIET = "went quiet"  # no visible character for `text_timeout_s`
+    SLOW = "came too slowly"  # under MIN_TEXT_RATE
+    EXPIRED = "was open too long"  # MAX_TEXT_S
+
+
 class EngineState(StrEnum):
     STARTING = "starting"
     READY = "ready"

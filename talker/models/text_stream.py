@@ -16,12 +16,16 @@ string cut between the halves of an emoji) waits for its low half. At the end, a
 from __future__ import annotations
 
 import codecs
+import unicodedata
 
 from tokenizers import PreTokenizedString, Tokenizer
 
 from talker.request import RequestError
 
 HOLD_WORDS = 2  # words kept back: the last may grow, the one before may merge with it
+_VISIBLE = frozenset("LNPS")  # letters, numbers, punctuation, symbols (marks, formats, controls, spaces: not alone)
+# letters and symbols that draw nothing all the same: the Hangul fillers and the Braille blank
+_BLANK_LOOKING = frozenset("\u115f\u1160\u3164\uffa0\u2800")
 
 
 class TextStream:
@@ -90,6 +94,12 @@ class TextStream:
             return piece.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
         except UnicodeDecodeError:
             raise RequestError("the text contains a lone surrogate, which is not valid Unicode", param="text") from None
+
+
+def visible_chars(text: str) -> int:
+    """How many characters of `text` draw something by themselves: what counts as text arriving, and a text with
+    none is blank (zero-width and format characters, a combining mark alone, controls and fillers are not)."""
+    return sum(1 for c in text if unicodedata.category(c)[0] in _VISIBLE and c not in _BLANK_LOOKING)
 
 
 def _word_starts(tok: Tokenizer, text: str) -> list[int]:

@@ -23,17 +23,24 @@ from engine.engine import Engine
 from engine.text_input import SpeechInput
 from output_builder.streams import AudioStream
 from talker.request import (
+    MAX_TEXT_S,
+    MIN_TEXT_RATE,
     EngineBusyError,
     FinishReason,
     RequestError,
     SpeechRequest,
     StreamingSpeechRequest,
+    TextEnd,
     TextLayout,
 )
 from talker.scheduler import SeqStatus
 
 TEXT = "Hi there, it's 42."
 SETTINGS = [{"seed": 5}, {"seed": 6, "temperature": 0.0}]  # seeded sampling, and greedy
+# characters that draw nothing by themselves: zero-width space and joiner, BOM, a tag letter, the Hangul filler, the
+# Braille blank, a combining accent alone, a variation selector, a direction mark, NUL, BEL
+INVISIBLE = ["\u200b", "\u2060", "\ufeff", "\U000e0041", "\u3164", "\u2800", "\u0301", "\ufe0f", "\u200e", "\x00",
+             "\x07"]
 
 
 
@@ -216,10 +223,10 @@ async def test_a_quiet_text_ends_as_if_finished(engine_config: EngineConfig) -> 
     try:
         handle = e.submit(StreamingSpeechRequest(text="Then the writer went quiet", seed=4))
         timed_out = asyncio.Event()
-        handle.on_timeout = timed_out.set
+        handle.on_timeout = lambda _: timed_out.set()
         await asyncio.wait_for(timed_out.wait(), 30)
         await collect(handle.stream)
-        assert handle.timed_out and handle.finished and handle.stream.finish_reason is FinishReason.EOS
+        assert handle.timed_out is TextEnd.QUIET and handle.finished and handle.stream.finish_reason is FinishReason.EOS
         assert handle.stream.usage.frames == text_tokens(handle) + 1  # all of it was spoken, then its end
         with pytest.raises(RequestError):
             handle.append(" more")
@@ -261,14 +268,16 @@ async def test_the_layout_field_chooses_how_an_ordinary_request_is_fed(engine: E
 
 
 async def test_empty_and_blank_appends_do_not_keep_a_text_open(engine: Engine) -> None:
-    """Only visible text is activity: a writer that appends "" (or blanks) forever still times out."""
+    """Only visible text is activity: a writer that appends "" (or blanks, or characters that draw nothing) forever
+    still times out; what it appended is the text's all the same."""
     handle = engine.submit(StreamingSpeechRequest(text="Words, then nothing but", seed=1))
     quiet = handle.last_append
-    for piece in ["", " ", "\n\t ", b"", b"\xc3"]:  # the last completes no character yet
+    for piece in ["", " ", "\n\t ", *INVISIBLE, b"", b"\xe2\x80\x8b", b"\xc3"]:  # the last completes no character
         handle.append(piece)
-    assert handle.last_append == quiet and handle.text == "Words, then nothing but \n\t "
+    assert handle.last_append == quiet
+    assert handle.text == "Words, then nothing but \n\t " + "".join(INVISIBLE) + "\u200b"
     engine._check_writers(quiet + engine.config.text_timeout_s + 0.001)  # the watchdog, a moment past the timeout
-    assert handle.timed_out and handle.finished
+    assert handle.timed_out is TextEnd.QUIET and handle.finished
     await collect(handle.stream)
     assert handle.stream.finish_reason is FinishReason.EOS
 
@@ -279,9 +288,10 @@ async def test_a_blank_text_takes_no_admission_place_until_its_first_word(engine
     e = Engine(dataclasses.replace(engine_config, max_batch=1, max_queue=0))
     await e.start()
     try:
-        blanks = [e.submit(StreamingSpeechRequest(text=text, seed=i)) for i, text in enumerate(["", " ", "\n", ""])]
+        texts = ["", " \u200b", "\n" + "".join(INVISIBLE), "\u3164"]  # blank, or with characters that draw nothing
+        blanks = [e.submit(StreamingSpeechRequest(text=text, seed=i)) for i, text in enumerate(texts)]
         for handle in blanks:
-            handle.append("  ")
+            handle.append("  \u2060\U000e0041\u0301")
         ordinary = e.submit(SpeechRequest(text="Still served.", seed=1))  # the one place
         with pytest.raises(EngineBusyError):
             e.submit(SpeechRequest(text="But only one.", seed=2))
@@ -292,13 +302,44 @@ async def test_a_blank_text_takes_no_admission_place_until_its_first_word(engine
         blanks[1].append("Now words, and a place.")
         blanks[1].finish()
         assert await collect(blanks[1].stream) and blanks[1].stream.finish_reason is FinishReason.EOS
-        blanks[2].finish()  # blank to its end: nothing to speak
+        blanks[2].finish()  # blank to its end (invisible characters too): nothing to speak
         assert await collect(blanks[2].stream) == b"" and blanks[2].stream.finish_reason is FinishReason.EOS
         blanks[3].stream.cancel()
         await wait_until(lambda: e.active_requests() == 0)
         assert not e._blank
     finally:
         await e.stop()
+
+
+async def test_a_trickle_ends_below_the_rate_floor_and_any_text_at_its_lifetime(engine: Engine) -> None:
+    """A writer that is never quiet for `text_timeout_s` (a word now and then) still cannot hold a text for hours:
+    past the timeout, a text averaging under MIN_TEXT_RATE visible characters a second ends (`SLOW`), and any text
+    open MAX_TEXT_S ends (`EXPIRED`), each as if finished, speaking what it has. No time passes: each text is made
+    to have opened long ago (`opened` moved back) and the watchdog is driven with `now` at its last append."""
+    timeout = engine.config.text_timeout_s
+    slow = engine.submit(StreamingSpeechRequest(text="A word", seed=1))
+    for word in [" now", " and", " \u200b\u200bthen"]:
+        slow.append(word)
+    assert slow.visible == 15  # "A word now and then": the zero-width spaces are no rate
+    fast = engine.submit(StreamingSpeechRequest(text="Enough words to keep up: far over one a second.", seed=2))
+    old = engine.submit(StreamingSpeechRequest(text="Words " * 110, seed=3, max_frames=4))  # 550 visible
+    old.append("Words " * 10)  # 600: the floor's rate, for ever
+    ended: list[TextEnd] = []
+    for handle, age in [(slow, 2 * timeout), (fast, 2 * timeout), (old, MAX_TEXT_S - 1)]:
+        handle.opened = handle.last_append - age
+        handle.on_timeout = ended.append
+    engine._check_writers(max(h.last_append for h in (slow, fast, old)))  # not quiet: each just had a piece
+    assert slow.visible < MIN_TEXT_RATE * 2 * timeout <= fast.visible
+    assert ended == [TextEnd.SLOW] and slow.timed_out is TextEnd.SLOW and slow.finished
+    assert not fast.timed_out and not old.timed_out  # fast enough, and young enough
+    old.opened = old.last_append - MAX_TEXT_S - 1
+    engine._check_writers(old.last_append)
+    assert ended == [TextEnd.SLOW, TextEnd.EXPIRED] and old.timed_out is TextEnd.EXPIRED and old.finished
+    assert await collect(slow.stream) and slow.stream.finish_reason is FinishReason.EOS
+    assert slow.stream.usage.frames == text_tokens(slow) + 1  # all of it was spoken, then its end
+    await collect(old.stream)
+    fast.finish()
+    assert await collect(fast.stream) and not fast.timed_out
 
 
 @pytest.mark.bitexact

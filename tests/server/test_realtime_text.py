@@ -15,6 +15,7 @@ import httpx
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
+from engine import MAX_TEXT_S
 from server.realtime_input import InputText
 from tests.server.conftest import LiveServer
 from tests.server.leaks import wait_no_leaks
@@ -135,6 +136,31 @@ def test_a_quiet_text_is_ended_and_the_client_told(make_server: Callable[..., Li
     assert not wait_no_leaks(server.url)
 
 
+@pytest.mark.parametrize(("age", "text", "code"), [
+    (60.0, "Slow words", "input_text_too_slow"),  # 9 visible characters in a minute
+    (MAX_TEXT_S + 1, "Many words. " * 60, "input_text_expired"),  # 660: fast enough, but open too long
+], ids=["too-slow", "expired"])
+def test_a_trickling_text_is_ended_and_the_client_told(live: LiveServer, age: float, text: str, code: str) -> None:
+    """A text never quiet long enough to time out still ends: below the rate floor or at its lifetime, as if
+    committed, the client told why. No time passes: the text is made to have opened `age` seconds ago (its
+    `opened` moved back) and the engine's own watchdog finds it."""
+    with connect(live.ws_url, max_size=None, open_timeout=30) as conn:
+        session(conn, seed=1)
+        send(conn, "input_text_buffer.append", text=text)
+        events = [recv(conn) for _ in OPENING]
+        [feed] = list(live.engine._inputs.values())
+        feed.opened = feed.last_append - age
+        told: list[dict[str, Any]] = []
+        while events[-1]["type"] != "response.done":
+            event = recv(conn)
+            (told if event["type"] == "error" else events).append(event)
+        [error] = told
+        assert error["error"]["code"] == code and error["error"]["param"] == "text"
+        done = assert_sequence(events, "completed")
+        assert done["output"][0]["content"][0]["transcript"] == text
+    assert not wait_no_leaks(live.url)
+
+
 def test_disconnect_while_it_waits_for_text(live: LiveServer) -> None:
     with connect(live.ws_url, max_size=None, open_timeout=30) as conn:
         session(conn)
@@ -216,15 +242,16 @@ async def test_a_commit_after_a_quiet_timeout_is_that_end_not_an_error() -> None
 
 def test_blank_texts_take_no_place_and_a_refused_first_word_fails_its_response(
         make_server: Callable[..., LiveServer]) -> None:
-    """Idle sessions streaming blanks do not lock others out; the first word of one asks for a place, and when the
-    server is full its response ends `failed` (server_busy), not hanging."""
+    """Idle sessions streaming blanks (or characters that draw nothing) do not lock others out; the first word of
+    one asks for a place, and when the server is full its response ends `failed` (server_busy), not hanging."""
     server = make_server(max_batch=1, max_queue=0)
     with connect(server.ws_url, max_size=None, open_timeout=30) as idle, \
             connect(server.ws_url, max_size=None, open_timeout=30) as busy, \
             httpx.Client(base_url=server.url, timeout=60) as http:
         session(idle, seed=1)
         session(busy, seed=2)
-        send(idle, "input_text_buffer.append", text="  ")
+        invisible = " \u200b\u2060\ufeff\U000e0041\u3164\u2800\u0301\ufe0f\u200e\x00\x07"
+        send(idle, "input_text_buffer.append", text=invisible)
         assert [recv(idle)["type"] for _ in OPENING] == OPENING
         body = {"model": "tiny", "input": "Served beside a blank text.", "voice": "alloy", "response_format": "pcm"}
         assert http.post("/v1/audio/speech", json=body).status_code == 200

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from talker.models.text_stream import TextStream
+from talker.models.text_stream import TextStream, visible_chars
 from talker.models.tokenizer import load_tokenizer
 from talker.request import RequestError
 from tests.conftest import OFFICIAL_TINY
@@ -120,3 +120,13 @@ def test_words_are_released_once_two_more_follow(tok: Tokenizer) -> None:
     assert released == whole(tok, "Hello")  # "Hello" is fixed once " world" and " again" follow it
     assert released + stream.append(" and") + stream.finish() == whole(tok, "Hello world again and")
     assert stream.text == "Hello world again and" and stream.chars == len(stream.text)
+
+
+def test_only_characters_that_draw_something_are_visible() -> None:
+    """What counts as a streamed text's activity and makes it not blank: letters, numbers, punctuation, symbols;
+    not spaces, nor zero-width, format, control or tag characters, variation selectors, a combining mark alone, or
+    the letters and symbols that draw nothing (Hangul fillers, the Braille blank)."""
+    assert visible_chars("Hi, 42 €! 你好 👍 e\u0301") == 11  # the accent counts with its letter, not by itself
+    nothing = (" \t\n\r\u3000\u00a0\u2028\u2029\u200b\u200c\u200d\u2060\ufeff\U000e0041\U000e007f\u115f\u1160"
+               "\u3164\uffa0\u2800\u0301\u034f\ufe0f\u200e\u202e\x00\x07\x7f\u0085\U000f0000\ufdd0")
+    assert visible_chars(nothing) == 0
