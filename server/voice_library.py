@@ -113,12 +113,12 @@ def check_name(engine: Engine, name: str) -> str:
 def shown_name(name: str) -> str:
     """A voice's or consent's name as it will be stored (voice_names.display), which must show something."""
     shown = voice_names.display(name)
+    if voice_names.has_control(name):  # as sent: trimming must not hide an escape sequence's ESC
+        raise errors.invalid("name must not hold control characters (such as a NUL, an escape, a newline, a tab or "
+                             "U+2028) nor private-use ones", "name", "invalid_value")
     if not voice_names.visible(shown):
         raise errors.invalid("name must have a visible character (it is blank, or only invisible characters)",
                              "name", "invalid_value")
-    if voice_names.has_control(shown):
-        raise errors.invalid("name must not hold control characters (such as a NUL, a newline or a tab)", "name",
-                             "invalid_value")
     if len(shown) > MAX_NAME_CHARS:
         raise errors.invalid(f"name is longer than {MAX_NAME_CHARS} characters once normalised", "name",
                              "invalid_value")

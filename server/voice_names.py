@@ -74,9 +74,13 @@ def skeleton(name: str) -> str:
     return key(bare.translate(_HOMOGLYPHS)).replace("i", "l")  # after folding, so that `VIVIAN` is still `Vivian`
 
 
+# Control characters, line and paragraph separators (a line break to whatever shows the name), private use
+_CONTROL = frozenset({"Cc", "Zl", "Zp", "Co"})
+
+
 def has_control(name: str) -> bool:
-    """Whether a control character (a NUL, a newline, a tab...) is in the name."""
-    return any(unicodedata.category(c) == "Cc" for c in name)
+    """Whether a control character (a NUL, an escape, a newline, a tab, U+2028...) or a private-use one is in it."""
+    return any(unicodedata.category(c) in _CONTROL for c in name)
 
 
 def close(name: str, names: Iterable[str]) -> list[str]:

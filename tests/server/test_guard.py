@@ -130,7 +130,8 @@ def test_a_foreign_host_is_refused_and_loopback_names_are_served(live: LiveServe
     with pytest.raises(InvalidStatus) as denied:
         connect(live.ws_url, additional_headers={"Host": "evil.example"}, open_timeout=30)
     assert denied.value.response.status_code == 400
-    for host in (f"localhost:{port}", f"127.0.0.1:{port}", "[::1]", f"[::1]:{port}", "LOCALHOST.", "127.0.0.2"):
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", "[::1]", f"[::1]:{port}", "LOCALHOST.", "127.0.0.2",
+                 f"[::ffff:127.0.0.1]:{port}"):
         assert httpx.get(live.url + "/health", headers={"Host": host}, timeout=30).status_code == 200, host
 
 

@@ -303,7 +303,7 @@ def test_names_are_trimmed_normalised_and_compared_case_folded(lib: LiveServer) 
     assert speak(lib, model=VD, voice="ärger ").status_code == 200  # looked up by the same key
     lookalikes = ["alloy ", "ＡＬＬＯＹ", "\u0430llo\u0443", "al\u200dloy", "\u200balloy", "Ech\u03bf", "ｖｏｉｃｅ_x",
                   "all\u0585y", "aIIoy", "a\u01c0\u01c0oy", "all\u1ecdy", "allo\u00fd", "v\u043eice_abc"]
-    controls = ["ab\u0000c", "ab\ncd"]
+    controls = ["ab\u0000c", "ab\ncd", "\x1b[31mred", "red\x1b", "a\u2028b", "\U000f0000"]  # at the ends too
     for name in [*lookalikes, *controls, "\u200b\u200c\u2060", "\u3164", " \u00a0\t", "\u0301"]:
         resp = design(name)
         error = resp.json().get("error", {})
