@@ -6,8 +6,9 @@
 #                   docker run --gpus all -p 8000:8000 talkstream:cuda
 #   Ray Serve:      --build-arg EXTRAS=ray (README: Scaling out on Ray Serve; deploy/kuberay/rayservice.yaml)
 # A non-Python base (the CUDA one) gets Python from the distribution's packages. The first stage builds the wheel,
-# whose native CPU kernels (the codec's and the sampler's, setup.py) are compiled there; the image itself carries
-# no compiler.
+# whose native CPU kernels (the codec's and the sampler's, setup.py) are compiled there. The image itself carries g++
+# for torch.compile (--compile, talker/compiled.py): on a CPU, Inductor compiles the decode step's C++ kernels at the
+# first start and caches them under TALKSTREAM_CACHE_DIR (mount a volume there to keep them across containers).
 ARG BASE=python:3.11-slim
 
 FROM ${BASE} AS wheel
@@ -35,12 +36,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 # EXTRAS=ray: the Ray Serve extra (talkstream serve --ray, deploy/kuberay), and wget, which KubeRay's probes call
 ARG EXTRAS=""
-RUN packages=""; \
-    command -v python3 >/dev/null || packages="python3 python3-venv"; \
+RUN packages="g++"; \
+    command -v python3 >/dev/null || packages="$packages python3 python3-venv"; \
     [ -z "$EXTRAS" ] || packages="$packages wget"; \
-    if [ -n "$packages" ]; then \
-        apt-get update && apt-get install -y --no-install-recommends $packages && rm -rf /var/lib/apt/lists/*; \
-    fi \
+    apt-get update && apt-get install -y --no-install-recommends $packages && rm -rf /var/lib/apt/lists/* \
     && python3 -m venv "$VIRTUAL_ENV"
 
 COPY --from=wheel /wheels /wheels

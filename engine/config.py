@@ -34,6 +34,7 @@ class EngineConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16
     quantize: str | None = None  # "int8": int8 weights for the Talker's linear layers (faster, changes the audio)
+    compile: str = "auto"  # auto | on | off: the decode step as compiled static programs (talker/compiled.py)
     output_mode: OutputMode = OutputMode.ASYNC
     max_batch: int = 32  # Talker slots
     max_queue: int = 64  # requests waiting for a slot before new ones are refused
@@ -55,6 +56,8 @@ class EngineConfig:
             raise ValueError("max_ahead_s, reader_timeout_s and text_timeout_s must be > 0")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise ValueError(f"device must be auto, cpu or cuda[:N], not {self.device!r}")
+        if self.compile not in ("auto", "on", "off"):
+            raise ValueError(f"compile must be auto, on or off, not {self.compile!r}")
         if self.quantize not in (None, "int8"):
             raise ValueError(f"quantize must be int8 (or unset), not {self.quantize!r}")
         if not self.model.strip():

@@ -23,6 +23,7 @@ from output_builder.chunk_decoder import ChunkDecoder, InProcessCodec
 from output_builder.pipeline import OutputPipeline
 from output_builder.streams import AudioStream
 from output_builder.sync_bridge import SyncBridge
+from talker.compiled import use_cache_dir, wants_compile
 from talker.device import DeviceLayer
 from talker.models.frontend import Prepared, Voice
 from talker.models.hub import is_directory
@@ -39,8 +40,8 @@ from talker.request import (
     StreamingSpeechRequest,
     VoiceKind,
 )
-from talker.runner import Runner
 from talker.scheduler import Seq, TextFeed
+from talker.static_runner import build_runner
 from talker.worker import Abort, Pause, Stop, Submit, TalkerWorker
 
 log = logging.getLogger("talkstream.engine")
@@ -88,9 +89,13 @@ class Engine:
         else:
             self._bridge = SyncBridge(self._loop, self.pipeline, self._abort, cfg.tuning.codec_timeout_s)
         t = loaded.talker.cfg.talker
-        runner = Runner(loaded.talker.model.talker, loaded.talker.cfg, cfg.max_batch, cfg.max_len,
-                        cfg.tuning.text_width, loaded.device, next(loaded.talker.model.parameters()).dtype,
-                        loaded.sampler)
+        runner_args = (loaded.talker.model.talker, loaded.talker.cfg, cfg.max_batch, cfg.max_len,
+                       cfg.tuning.text_width, loaded.device, next(loaded.talker.model.parameters()).dtype,
+                       loaded.sampler)
+        compiled = wants_compile(cfg.compile, loaded.device, loaded.talker.cfg)
+        if compiled:
+            use_cache_dir(cfg.cache_dir)
+        runner = await asyncio.to_thread(build_runner, runner_args, compiled, loaded.threads.talker)
         log.info("KV cache: %.1f MiB for %d slots (%d layers, hidden %d); native CPU kernels: codec %s, sampler %s",
                  runner.kv.nbytes / 2**20, cfg.max_batch, t.num_layers, t.hidden_size,
                  "on" if self.native_kernels else "off", "on" if loaded.sampler else "off")

@@ -23,7 +23,7 @@ EXTENSIONS = {".wav": "wav", ".mp3": "mp3", ".opus": "opus", ".ogg": "opus", ".a
               ".pcm": "pcm", ".raw": "pcm"}
 BENCHES = {name: "benchmarks." + name.replace("-", "_") for name in (
     "serve", "step-gap", "text-stream", "codec", "models", "engine-ttfa", "int8-agreement", "profile-step",
-    "voice-creation", "slow-writers")} | {"step_gap": "benchmarks.step_gap"}
+    "voice-creation", "slow-writers", "compiled-step")} | {"step_gap": "benchmarks.step_gap"}
 PCM_BYTES_PER_S = 24000 * 2
 UVICORN_SHUTDOWN_S = 5
 
@@ -104,6 +104,9 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantize", choices=("int8",), default=None,
                    help="int8 weights for the Talker's linear layers: ~3x faster on a CPU at real sizes, "
                         "a quarter of the memory; the audio differs from full precision (docs/benchmarks-reference.md)")
+    p.add_argument("--compile", choices=("auto", "on", "off"), default=None,
+                   help="the decode step compiled by torch.compile (Inductor; on a CPU it needs a C compiler): "
+                        "auto (default) where measured faster (real checkpoints on a CPU), on, or off (eager)")
     p.add_argument("--max-batch", type=int, default=None)
     p.add_argument("--max-queue", type=int, default=None)
 
@@ -112,7 +115,7 @@ def engine_configs(args: argparse.Namespace) -> list[EngineConfig]:
     """One engine config per --model (one for the default model when none is given)."""
     return [EngineConfig.from_env(model=model, revision=args.revision, device=args.device,
                                   output_mode=args.output_mode, quantize=args.quantize, max_batch=args.max_batch,
-                                  max_queue=args.max_queue)
+                                  max_queue=args.max_queue, compile=args.compile)
             for model in args.model or [None]]
 
 

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -36,6 +37,7 @@ from talker.scheduler import Seq, StepPlan
 MIN_FRAMES_BEFORE_EOS = 2
 SLOT_BUFFERS = ("next_embed", "text_ids", "lengths", "frames", "seen")  # the runner's per-slot state, a row each
 log = logging.getLogger("talkstream.worker")
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -196,7 +198,7 @@ class Runner:
             return
         index = torch.tensor(slots, dtype=torch.long, device=self.device)
         text = self.text_ids[index, (self.frames[index] - 1).clamp(max=self.text_width - 1)]
-        self.next_embed[index] = torch.stack([self._kept.pop(s) for s in slots]) + self.talker.embed_text(text)
+        self.next_embed[index] = torch.stack([self._kept.pop(s) for s in slots]) + self._embed_text(text)
 
     @torch.inference_mode()
     def park(self, slot: int, length: int) -> ParkedSlot:
@@ -267,11 +269,14 @@ class Runner:
 
     def _feed_back(self, bt: BatchTensors, code0: Tensor, emb_sum: Tensor, frames: Tensor) -> None:
         text = self.text_ids[bt.slots, frames.clamp(max=self.text_width - 1)]
-        self.next_embed[bt.slots] = emb_sum + self.talker.embed_text(text)
+        self.next_embed[bt.slots] = emb_sum + self._embed_text(text)
         self.seen[bt.slots, code0] = True
         self.frames[bt.slots] = frames + 1
         if bt.decode_slots.numel():
             self.lengths[bt.decode_slots] += 1
+
+    def _embed_text(self, ids: Tensor) -> Tensor:
+        return self.talker.embed_text(ids)
 
     def _batch_tensors(self, plan: StepPlan) -> BatchTensors:
         bt = self._batch
@@ -309,13 +314,13 @@ def consecutive(slots: list[int]) -> tuple[int, int] | None:
     return None
 
 
-def drive(stages: Generator[None, None, Tensor], pause: Callable[[], None] | None = None) -> Tensor:
+def drive(stages: Generator[None, None, T], pause: Callable[[], None] | None = None) -> T:
     """Runs `sample_stages` to its codes, calling `pause` (if any) at each of its pauses."""
     while True:
         try:
             next(stages)
         except StopIteration as done:
-            codes: Tensor = done.value
-            return codes
+            result: T = done.value
+            return result
         if pause is not None:
             pause()

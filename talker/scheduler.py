@@ -12,6 +12,7 @@ comes, ahead of new requests, and resumes in whatever slot it gets as if it had 
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from enum import StrEnum
@@ -90,7 +91,7 @@ class Scheduler:
     def __init__(self, max_batch: int, max_prefills: int, max_len: int, max_prefill_tokens: int = 2048) -> None:
         self.max_batch, self.max_prefills, self.max_len = max_batch, max_prefills, max_len
         self.max_prefill_tokens = max_prefill_tokens
-        self.free_slots = list(range(max_batch - 1, -1, -1))
+        self.free_slots = list(range(max_batch))  # a heap: the lowest free slot goes first (batches stay packed)
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.by_id: dict[str, Seq] = {}
@@ -133,7 +134,7 @@ class Scheduler:
         """`seq` (starved) gives its slot up; the worker has copied out what the slot held for it."""
         del self.hungry[seq]
         self.running.remove(seq)  # held: not in the decode plan
-        self.free_slots.append(seq.slot)
+        heapq.heappush(self.free_slots, seq.slot)
         seq.status, seq.slot = SeqStatus.PARKED, -1
         self.parked[seq] = None
 
@@ -143,7 +144,7 @@ class Scheduler:
         resumed: list[Seq] = []
         while self.resuming and self.free_slots:
             seq = self.resuming.popleft()
-            seq.slot, seq.status, seq.starved = self.free_slots.pop(), SeqStatus.PAUSED, False
+            seq.slot, seq.status, seq.starved = heapq.heappop(self.free_slots), SeqStatus.PAUSED, False
             self.running.append(seq)
             self._release(seq, step)
             resumed.append(seq)
@@ -175,7 +176,7 @@ class Scheduler:
             if prefill and (len(prefill) + 1) * longest > self.max_prefill_tokens:
                 break
             seq = self.waiting.popleft()
-            seq.slot = self.free_slots.pop()
+            seq.slot = heapq.heappop(self.free_slots)
             seq.status = SeqStatus.RUNNING
             prefill.append(seq)
         self.version += 1
@@ -272,7 +273,7 @@ class Scheduler:
         if seq in self.running:
             self.running.remove(seq)
             self._rebuild()
-        self.free_slots.append(seq.slot)
+        heapq.heappush(self.free_slots, seq.slot)
         return True
 
     def set_paused(self, seq: Seq, paused: bool, step: int) -> None:

@@ -120,17 +120,23 @@ def test_a_starved_request_gives_its_slot_to_queued_work_and_resumes_bit_for_bit
         wait_for(lambda: ended(recorder, "whole", eos), "the whole text ends")
         fed = Seq("fed", frontend.stream_prompt(settings, head), settings.params, settings.seed, settings.max_frames,
                   None, feed=TextFeed([]))
+
+        def block(i: int) -> Seq:  # the other slot is held (its reader is behind): queued work needs fed's
+            blocker = Seq(f"blocker{i}", whole.prompt, whole.params, 10 + i, 64, None)
+            worker.send(Submit((blocker,)))
+            worker.send(Pause(blocker.request_id, True))
+            wait_for(made(recorder, blocker.request_id, 1), "the blocker holds the other slot")
+            return blocker
+
+        first_blocker = block(0) if slots == 2 else None  # slot 0: fed starts in slot 1, and comes back in 0
         worker.send(Submit((fed,)))
         sent = 0
         for i, n in enumerate([3, 1, 4]):
             wait_for(lambda s=sent: len(recorder.rows["fed"]) == s + 1 and fed.starved, "it waits for text")  # type: ignore[misc]
             held_in.append(fed.slot)
             blocker = None
-            if slots == 2:  # the other slot is held (its reader is behind): the queued request needs fed's
-                blocker = Seq(f"blocker{i}", whole.prompt, whole.params, 10 + i, 64, None)
-                worker.send(Submit((blocker,)))
-                worker.send(Pause(blocker.request_id, True))
-                wait_for(made(recorder, blocker.request_id, 1), "the blocker holds the other slot")
+            if slots == 2:
+                blocker = first_blocker if i == 0 else block(i)
             queued = Seq(f"queued{i}", whole.prompt, whole.params, i, 3, None)
             worker.send(Submit((queued,)))
             wait_for(made(recorder, queued.request_id, 3), "the queued request is served")
