@@ -48,7 +48,8 @@ def _graphs() -> dict[str, int]:
 
 
 async def run_mode(args: argparse.Namespace, mode: str, counts: list[int]) -> dict[str, Any]:
-    config = EngineConfig.from_env(model=args.model, compile=mode, quantize=args.quantize, max_batch=max(counts),
+    config = EngineConfig.from_env(model=args.model, device=args.device, compile=mode, quantize=args.quantize,
+                                   max_batch=max(counts),
                                    max_queue=0, max_frames=max(args.frames, 64), max_len=1024)
     engine = Engine(config.tuned(warmup=False))
     started = time.perf_counter()
@@ -152,6 +153,7 @@ def report(s: dict[str, Any], counts: list[int]) -> None:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="talkstream bench compiled-step", description=(__doc__ or "").splitlines()[0])
     p.add_argument("--model", default="tiny")
+    p.add_argument("--device", default="auto")
     p.add_argument("--quantize", choices=("int8",), default=None)
     p.add_argument("--requests", default="1,16", help="request counts, comma-separated (each runs alone)")
     p.add_argument("--frames", type=int, default=40, help="frames per request (each runs exactly this many)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+import warnings
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
@@ -42,10 +43,14 @@ def build_runner(args: tuple[Any, ...], compiled: bool, threads: int) -> Runner:
         runner = StaticRunner(args, programs)
         log.info("compiling the decode step for batch buckets %s (the first start takes minutes; the generated "
                  "code is cached)", ", ".join(map(str, programs.buckets)))
-        runner.warm_up()
+        with warnings.catch_warnings():  # what torch's compiler says of torch's own deprecated parts
+            warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch(\.|$)")
+            runner.warm_up()
     except Exception as exc:  # e.g. no C compiler: the eager step serves the same requests
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        log.warning("compiling the decode step failed, so it runs eagerly (--compile off): %s", first[:300])
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [type(exc).__name__]
+        log.warning("compiling the decode step failed, so it runs eagerly (as --compile off): %s",
+                    " ".join(lines[:2])[:400])
+        log.debug("the compile's failure", exc_info=exc)
         gc.collect()
         return Runner(*args)
     log.info("decode step compiled in %.1f s", time.perf_counter() - started)

@@ -1,6 +1,6 @@
 """The wheel carries the native kernels, compiled when it is built (setup.py), and they load from a fresh install:
-they need no compiler at run time (the image's g++ is torch.compile's, for --compile). It also carries the web page's files
-(server/web/, package data), found where the installed server looks for them."""
+they need no compiler at run time (the image's g++ is torch.compile's, for --compile). It also carries the web
+page's files (server/web/, package data), found where the installed server looks for them."""
 
 from __future__ import annotations
 
