@@ -26,6 +26,7 @@ from engine.config import EngineConfig
 from engine.engine import Engine
 from output_builder.streams import AudioStream
 from talker.request import SpeechRequest
+from talker.snapshot import step_gaps_us
 
 TEXT = "The quick brown fox jumps over the lazy dog, then streams a little more speech for the benchmark."
 FRAME_S = 0.08
@@ -67,11 +68,14 @@ async def run_mode(args: argparse.Namespace, mode: str, counts: list[int]) -> di
             await asyncio.gather(*(_drain(s) for s in streams))
             wall = time.perf_counter() - t0
             frames = sum(s.usage.frames for s in streams)
-            steps = [t.sample_end - t.forward_start for t in engine.worker.timings.snapshot() if t.batch == n]
+            timings = engine.worker.timings.snapshot()
+            steps = [t.sample_end - t.forward_start for t in timings if t.batch == n]
+            gaps = step_gaps_us([t for t in timings if t.batch == n])
             ttfa = [s.time_to_first_audio for s in streams if s.time_to_first_audio is not None]
             rounds.append({"round": r, "frames": frames, "wall_s": wall, "frames_per_s": frames / wall,
                            "step_ms_p50": 1e3 * statistics.median(steps) if steps else None,
-                           "ttfa_ms_p50": 1e3 * statistics.median(ttfa) if ttfa else None})
+                           "ttfa_ms_p50": 1e3 * statistics.median(ttfa) if ttfa else None,
+                           "gap_us_p50": statistics.median(gaps) if gaps else None})
         steady = rounds[1:] or rounds
         out[str(n)] = {"first": _rounded(rounds[0]), "steady": _rounded(_medians(steady))}
     out["greedy_codes"] = await _greedy_codes(engine, args.frames)
@@ -98,7 +102,7 @@ async def _greedy_codes(engine: Engine, frames: int) -> list[list[int]]:
 
 
 def _medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    keys = ("frames_per_s", "step_ms_p50", "ttfa_ms_p50")
+    keys = ("frames_per_s", "step_ms_p50", "ttfa_ms_p50", "gap_us_p50")
     return {k: statistics.median(r[k] for r in rounds) for k in keys if all(r[k] is not None for r in rounds)}
 
 
@@ -143,7 +147,7 @@ def report(s: dict[str, Any], counts: list[int]) -> None:
                 r = m[str(n)][phase]
                 print(f"          {n:>2} request(s) {phase:>6}: {r['frames_per_s']:8.2f} frames/s "
                       f"({r['frames_per_s'] * FRAME_S:6.3f} audio s/s)  step p50 {r.get('step_ms_p50')} ms  "
-                      f"first audio p50 {r.get('ttfa_ms_p50')} ms")
+                      f"first audio p50 {r.get('ttfa_ms_p50')} ms  step gap p50 {r.get('gap_us_p50')} us")
     for n in counts:
         print(f"compiled / eager, {n} request(s): first workload {s[f'ratio_{n}_first']}x, "
               f"steady {s[f'ratio_{n}_steady']}x")

@@ -21,8 +21,9 @@ def test_environment_variables_are_parsed_by_the_fields_type(monkeypatch: pytest
 
 
 def test_a_tuning_knob_is_not_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """About a dozen settings; the knobs only through TALKSTREAM_TUNING, whose unknown names are refused."""
-    assert len([f for f in fields(EngineConfig) if f.name != "tuning"]) <= 14
+    """About a dozen settings (`compile` the fifteenth); the knobs only through TALKSTREAM_TUNING, whose unknown
+    names are refused."""
+    assert len([f for f in fields(EngineConfig) if f.name != "tuning"]) <= 15
     monkeypatch.setenv("TALKSTREAM_WORKER_NICE", "0")  # no longer read
     assert EngineConfig.from_env().tuning.worker_nice == Tuning().worker_nice
     monkeypatch.setenv("TALKSTREAM_TUNING", "worker_niceness=0")
@@ -31,7 +32,7 @@ def test_a_tuning_knob_is_not_a_setting(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @pytest.mark.parametrize(("field", "value"), [("max_batch", 0), ("max_queue", -1), ("quantize", "int4"),
-                                              ("device", "tpu"), ("reader_timeout_s", 0)])
+                                              ("device", "tpu"), ("reader_timeout_s", 0), ("compile", "yes")])
 def test_out_of_range_settings_are_refused(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field):
         EngineConfig(**{field: value}).validate()  # type: ignore[arg-type]
