@@ -50,8 +50,8 @@ def _graphs() -> dict[str, int]:
 
 async def run_mode(args: argparse.Namespace, mode: str, counts: list[int]) -> dict[str, Any]:
     config = EngineConfig.from_env(model=args.model, device=args.device, compile=mode, quantize=args.quantize,
-                                   max_batch=max(counts),
-                                   max_queue=0, max_frames=max(args.frames, 64), max_len=1024)
+                                   max_batch=max(counts), max_queue=0, max_frames=max(args.frames, 64),
+                                   max_len=args.max_len)
     engine = Engine(config.tuned(warmup=False))
     started = time.perf_counter()
     await engine.start()
@@ -162,6 +162,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--requests", default="1,16", help="request counts, comma-separated (each runs alone)")
     p.add_argument("--frames", type=int, default=40, help="frames per request (each runs exactly this many)")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--max-len", type=int, default=1024, help="KV positions per slot (the programs' shapes)")
     p.add_argument("--json", action="store_true", help="end with one JSON line")
     return p
 
