@@ -1,4 +1,4 @@
-"""The two library calls a static step makes through its own ops, so that `torch.compile` keeps them whole.
+"""The calls a static step makes through its own ops, so that `torch.compile` keeps them whole.
 
 - `project(x, key, out)`: a projection registered here (`register`), e.g. oneDNN's linear on a weight prepacked once
   (its result for a row does not depend on how many rows share the call, where MKL's does) or the int8 kernel. The
@@ -6,6 +6,9 @@
 - `slot_attention(q, k, v, n)`: each row attends to the first n[i] positions of its own cache rows, one
   scaled-dot-product call per row (a row's n[i] is known on the host: the CPU reads it for free). So a row reads
   only what it has written, at any batch bucket, and its result is the one it gets alone.
+- `uniforms(seeds, frames, draws)`: the sampler's counter-based uniforms (talker/sampler.py). Its integer hash
+  reuses every value twice per stage; inlined by the compiler into one expression it grows exponentially (one
+  kernel took 20 s to compile), so it runs as the eager ops it is.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from talker.sampler import step_uniforms
 
 _PROJECTIONS: list[Callable[[Tensor], Tensor]] = []
 _INDEXED: list[tuple[list[Callable[[Tensor], Tensor]], int]] = []
@@ -76,3 +81,13 @@ def slot_attention(q: Tensor, k: Tensor, v: Tensor, cache_k: Tensor, cache_v: Te
 def _slot_attention_shape(q: Tensor, k: Tensor, v: Tensor, cache_k: Tensor, cache_v: Tensor, layer: int, at: Tensor,
                           n: Tensor) -> Tensor:
     return torch.empty_like(q)
+
+
+@torch.library.custom_op("talkstream::uniforms", mutates_args=())
+def uniforms(seeds: Tensor, frames: Tensor, draws: int) -> Tensor:
+    return step_uniforms(seeds, frames, draws)
+
+
+@uniforms.register_fake
+def _uniforms_shape(seeds: Tensor, frames: Tensor, draws: int) -> Tensor:
+    return seeds.new_empty((seeds.shape[0], draws), dtype=torch.float32)

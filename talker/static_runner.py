@@ -4,8 +4,8 @@ as the programs of talker/compiled.py.
 A step runs over slots [0, B) for the smallest bucket B that holds its rows (the scheduler hands out the lowest
 free slot, so a batch stays packed at the bottom). What it reads per slot lives in the Runner's persistent buffers;
 what changes only with the batch (which slots step, their sampling parameters) is uploaded once per composition.
-`forward` returns hidden states in slot order over the bucket; `sample_stages` pauses once, before the code
-predictor, and returns the codes in batch order, as the eager Runner does.
+`forward` returns hidden states in slot order over the bucket; `sample_stages` pauses twice between the code
+predictor's sub-steps and returns the codes in batch order, as the eager Runner does.
 """
 
 from __future__ import annotations
@@ -78,9 +78,8 @@ class StaticRunner(Runner):
         super().__init__(*runner_args)
         self.programs = programs
         self._static: StaticBatch | None = None
-        self._groups = [torch.tensor(g, device=self.device) for g in range(self.groups)]  # sub-steps' indices
-        rest = self.groups - 2  # sub-steps after the first program's: two runs when they split evenly (14: 7 + 7)
-        self._run = rest // 2 if rest % 2 == 0 and rest > 1 else rest
+        self._positions = [torch.tensor(g, device=self.device) for g in range(self.groups)]  # the sub-steps'
+        self._pauses = {2, 2 + (self.groups - 2) // 2}  # before sub-steps 2 and 9 (of 16)
 
     def warm_up(self) -> None:
         """Runs every bucket's programs once (compiling them), on idle rows: nothing a request holds changes."""
@@ -137,15 +136,17 @@ class StaticRunner(Runner):
         """-> codes [B, G] int32, summed embeddings [B, H] in slot order; pauses between the sub-steps."""
         fused = self.predictor  # kept: an aside step in a pause swaps the runner's for its own
         p = self.programs
-        first, u, emb, emb_sum = p.first(sb.bucket, sb.candidates, hidden, self.frames, self.seen, sb.penalty,
-                                         sb.seeds, sb.talker, sb.predictor, fused.k, fused.v)
-        codes = [first]
-        for g in self._groups[2 :: self._run]:
-            yield  # a pause between runs of sub-steps (a mid-step prefill may run there)
-            code, emb, emb_sum = p.next(g, self._run, emb, emb_sum, u, sb.predictor, fused.k, fused.v,
-                                        sb.candidates[1])
-            codes.append(code)
-        return torch.cat(codes, dim=1).to(torch.int32), emb_sum
+        code0, u, emb0 = p.first(sb.bucket, hidden, self.frames, self.seen, sb.penalty, sb.seeds, sb.talker,
+                                 sb.candidates[0])
+        codes, x, emb_sum = [code0], hidden, emb0
+        for g, at in enumerate(self._positions):
+            if g in self._pauses:
+                yield  # a mid-step prefill may run here
+            code, emb, emb_sum = p.sub(at, x, emb_sum, u, sb.predictor, fused.k, fused.v, sb.candidates[1])
+            x = emb if g else emb0  # position 0 reads the Talker's hidden; its draw is not a code
+            if g:
+                codes.append(code)
+        return torch.stack(codes, dim=1).to(torch.int32), emb_sum
 
     def _static_batch(self, plan: StepPlan) -> StaticBatch:
         sb = self._static
