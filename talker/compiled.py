@@ -1,5 +1,5 @@
 """The static step's programs, one per batch bucket: `torch.compile(fullgraph=True, dynamic=False)` of the Talker's
-forward, of codebook 0's draw and of one code predictor sub-step with its draw; on CUDA under CUDA graphs
+forward with codebooks 0 and 1, and of one further code predictor sub-step with its draw; on CUDA under CUDA graphs
 (`mode="reduce-overhead"`). Prefill stays outside them.
 
 `compile` (EngineConfig): `off` is the eager step (the parity reference), `on` compiles every bucket before the
@@ -58,7 +58,7 @@ class Programs:
         self.static, self.buckets, self.compiled = static, buckets, compiled
         self._decode: Callable[..., Any] = _decode_program(static)
         self._first: Callable[..., Any] = _first_program(static)
-        self._sub: Callable[..., Any] = static.sample_sub
+        self._next: Callable[..., Any] = static.sample_next
         self._started = time.perf_counter()
         if compiled:
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * len(BUCKETS))
@@ -69,7 +69,7 @@ class Programs:
             options: dict[str, str | int | bool | Callable[..., Any]] = {"triton.cudagraphs": True} if cuda else {}
             self._decode = torch.compile(self._decode, fullgraph=True, dynamic=False, options=options)
             self._first = torch.compile(self._first, fullgraph=True, dynamic=False, options=options)
-            self._sub = torch.compile(self._sub, fullgraph=True, dynamic=False, options=options)
+            self._next = torch.compile(self._next, fullgraph=True, dynamic=False, options=options)
 
     def decode(self, bucket: int, *args: Any) -> torch.Tensor:
         """The Talker's forward: see StaticTalker.decode."""
@@ -77,13 +77,13 @@ class Programs:
         return out
 
     def first(self, bucket: int, *args: Any) -> tuple[torch.Tensor, ...]:
-        """Codebook 0: see StaticTalker.sample_first."""
+        """Codebooks 0 and 1: see StaticTalker.sample_first."""
         out: tuple[torch.Tensor, ...] = self._first(bucket, *args)
         return out
 
-    def sub(self, *args: Any) -> tuple[torch.Tensor, ...]:
-        """One code predictor sub-step: see StaticTalker.sample_sub (its bucket is its inputs' size)."""
-        out: tuple[torch.Tensor, ...] = self._sub(*args)
+    def next(self, *args: Any) -> tuple[torch.Tensor, ...]:
+        """Codebook g > 1: see StaticTalker.sample_next (its bucket is its inputs' size)."""
+        out: tuple[torch.Tensor, ...] = self._next(*args)
         return out
 
     def done(self, bucket: int) -> None:
@@ -103,8 +103,9 @@ def _decode_program(static: StaticTalker) -> Callable[..., torch.Tensor]:
 
 
 def _first_program(static: StaticTalker) -> Callable[..., tuple[torch.Tensor, ...]]:
-    def first(b: int, hidden: torch.Tensor, frames: torch.Tensor, seen: torch.Tensor, *rest: Any
-              ) -> tuple[torch.Tensor, ...]:
-        return static.sample_first(hidden, frames[:b], seen[:b], *rest)
+    def first(b: int, candidates: tuple[int, int], hidden: torch.Tensor, frames: torch.Tensor, seen: torch.Tensor,
+              *rest: Any) -> tuple[torch.Tensor, ...]:
+        penalty, seeds, talker, predictor, k, v = rest
+        return static.sample_first(hidden, frames[:b], seen[:b], penalty, seeds, talker, predictor, k, v, candidates)
 
     return first

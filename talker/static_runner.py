@@ -136,17 +136,16 @@ class StaticRunner(Runner):
         """-> codes [B, G] int32, summed embeddings [B, H] in slot order; pauses between the sub-steps."""
         fused = self.predictor  # kept: an aside step in a pause swaps the runner's for its own
         p = self.programs
-        code0, u, emb0 = p.first(sb.bucket, hidden, self.frames, self.seen, sb.penalty, sb.seeds, sb.talker,
-                                 sb.candidates[0])
-        codes, x, emb_sum = [code0], hidden, emb0
-        for g, at in enumerate(self._positions):
+        first, u, emb, emb_sum = p.first(sb.bucket, sb.candidates, hidden, self.frames, self.seen, sb.penalty,
+                                         sb.seeds, sb.talker, sb.predictor, fused.k, fused.v)
+        codes = [first]
+        for g in range(2, self.groups):
             if g in self._pauses:
                 yield  # a mid-step prefill may run here
-            code, emb, emb_sum = p.sub(at, x, emb_sum, u, sb.predictor, fused.k, fused.v, sb.candidates[1])
-            x = emb if g else emb0  # position 0 reads the Talker's hidden; its draw is not a code
-            if g:
-                codes.append(code)
-        return torch.stack(codes, dim=1).to(torch.int32), emb_sum
+            code, emb, emb_sum = p.next(self._positions[g], emb, emb_sum, u, sb.predictor, fused.k, fused.v,
+                                        sb.candidates[1])
+            codes.append(code[:, None])
+        return torch.cat(codes, dim=1).to(torch.int32), emb_sum
 
     def _static_batch(self, plan: StepPlan) -> StaticBatch:
         sb = self._static

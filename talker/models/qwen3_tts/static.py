@@ -10,10 +10,10 @@ away (`active`). So the programs see the same shapes at every step of a bucket, 
 - norms, RoPE, the code predictor's attention over its 17 positions and the draws are the compiler's own loops,
   a row at a time.
 
-Three programs, each small (the compiler's time grows with a program's size): `decode` (the Talker's forward for
-one frame per row), `first` (codebook 0's draw) and `sub` (one position of the code predictor and its draw, the
-position a tensor: the same program runs 16 times a step); outside the compiler, `prefill` (new prompts, per-row
-attention).
+Three programs, each kept small (the compiler's time grows with a program's size): `decode` (the Talker's forward for
+one frame per row), `first` (codebook 0's draw, then the code predictor's first sub-step over positions 0 and 1 and
+codebook 1's draw) and `next` (one further sub-step with its draw, the sub-step a tensor: the same program runs 14
+times a step); outside the compiler, `prefill` (new prompts, per-row attention).
 """
 
 from __future__ import annotations
@@ -245,11 +245,13 @@ class StaticTalker:
         out = F.scaled_dot_product_attention(q[:, :, None], k, v, attn_mask=mask[:, None, None, :], enable_gqa=True)
         return out[:, :, 0]
 
-    # 2. codebook 0's draw, then the code predictor's sub-steps, one program each ------------------------------------
+    # 2. codebook 0's draw and the code predictor's first sub-step, then its other sub-steps one program each -----
     def sample_first(self, hidden: Tensor, frames: Tensor, seen: Tensor, penalty: Tensor, seeds: Tensor,
-                     talker: Draw, candidates: int) -> tuple[Tensor, Tensor, Tensor]:
-        """hidden: [B, H], frames/seeds: [B], seen: [B, V] bool, penalty: [B] -> code 0 [B], the frame's uniforms
-        [B, G], code 0's embedding [B, H]."""
+                     talker: Draw, predictor: Draw, k: Tensor, v: Tensor, candidates: tuple[int, int]
+                     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """hidden: [B, H], frames/seeds: [B], seen: [B, V] bool, penalty: [B]; k, v: the code predictor's cache
+        [Lp, S, Hkv, G + 1, D] -> codes 0 and 1 [B, 2], the frame's uniforms [B, G], codebook 1's embedding and the
+        sum so far [B, H] each."""
         eos = self.cfg.codec.eos
         logits = self.codec_head(hidden).float() + self.suppress  # [B, V]
         early = (frames < MIN_FRAMES_BEFORE_EOS)[:, None] & (torch.arange(logits.shape[1], device=logits.device)
@@ -258,23 +260,26 @@ class StaticTalker:
         penalised = torch.where(logits > 0, logits / penalty[:, None], logits * penalty[:, None])
         logits = torch.where(seen, penalised, logits)
         u = torch.ops.talkstream.uniforms(seeds, frames, self.groups)  # [B, G]
-        code0 = draw(logits, talker, u[:, 0], candidates)
-        return code0, u, F.embedding(code0, self.codec_embedding)
+        code0 = draw(logits, talker, u[:, 0], candidates[0])
+        emb0 = F.embedding(code0, self.codec_embedding)
+        positions = torch.arange(2, device=hidden.device)
+        h = self._predict(torch.stack((hidden, emb0), dim=1), positions, k, v)  # [B, Hp]: one read of the weights
+        code1 = draw(self.heads[0](h).float(), predictor, u[:, 1], candidates[1])
+        emb1 = F.embedding(code1, self.embeddings[0])
+        return torch.stack((code0, code1), dim=1), u, emb1, emb0 + emb1
 
-    def sample_sub(self, g: Tensor, x: Tensor, emb_sum: Tensor, u: Tensor, predictor: Draw, k: Tensor, v: Tensor,
-                   candidates: int) -> tuple[Tensor, Tensor, Tensor]:
-        """The code predictor at position g (a 0-d tensor: one program serves every sub-step) on x [B, H] (the
-        Talker's hidden at 0, code g - 1's embedding after) -> code g [B], its embedding [B, H] and the sum of the
-        frame's embeddings so far (at g = 0 the draw is not a code: its results are not used and not summed)."""
-        h = self._predict(x[:, None], g[None], k, v)
+    def sample_next(self, g: Tensor, emb: Tensor, emb_sum: Tensor, u: Tensor, predictor: Draw, k: Tensor,
+                    v: Tensor, candidates: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Sub-step g (a 0-d tensor: one program serves sub-steps 2 .. G - 1), from code g - 1's embedding [B, H]
+        -> code g [B], its embedding and the frame's sum so far [B, H]."""
+        h = self._predict(emb[:, None], g[None], k, v)
         logits = self.heads_at(g, h).float()
         code = draw(logits, predictor, u.gather(1, g.expand(u.shape[0], 1))[:, 0], candidates)
         emb = self.embedding_at(g, code)
-        return code, emb, torch.where(g > 0, emb_sum + emb, emb_sum)
+        return code, emb, emb_sum + emb
 
     def heads_at(self, g: Tensor, h: Tensor) -> Tensor:
-        """Codebook g's head on h: [B, Hp] -> [B, V] (g = 0: codebook 1's, a draw thrown away)."""
-        g = g.clamp(min=1)
+        """Codebook g's head on h: [B, Hp] -> [B, V]."""
         if self.heads_key >= 0:
             return torch.ops.talkstream.project_at(h, self.heads_key, g, self.cfg.predictor.vocab_size)
         assert self.head_weights is not None
@@ -283,7 +288,7 @@ class StaticTalker:
         return F.linear(h, self.head_weights.index_select(0, (g - 1)[None])[0])  # [V, Hp] picked on the device
 
     def embedding_at(self, g: Tensor, code: Tensor) -> Tensor:
-        return self.embedding_table[(g.clamp(min=1) - 1).expand_as(code), code]  # [B, H]
+        return self.embedding_table[(g - 1).expand_as(code), code]  # [B, H]
 
     def _predict(self, x: Tensor, positions: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """x: [B, T, H] at `positions` [T] of every row -> the last one's hidden [B, Hp]. Attention runs over all
