@@ -167,7 +167,7 @@ class Draw:
 def draw(logits: Tensor, p: Draw, u: Tensor, candidates: int) -> Tensor:
     """logits: [B, V] float32, u: [B] -> tokens [B] int64: inverse CDF over the top candidates, as talker/sampler.py
     defines it (top-k, temperature, top-p, one uniform per row)."""
-    values, ids = logits.topk(candidates, dim=-1)  # [B, K], descending
+    values, ids = torch.ops.talkstream.top_candidates(logits, candidates)  # [B, K], descending
     scaled = values / p.temperature[:, None]
     rank = torch.arange(candidates, device=logits.device)
     scaled = scaled.masked_fill(rank[None, :] >= p.top_k[:, None], float("-inf"))
