@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import statistics
 import time
 from typing import Any
@@ -83,6 +84,37 @@ async def run_mode(args: argparse.Namespace, mode: str, counts: list[int]) -> di
     out["new_graphs_after_start"] = after["graphs"] - after_start["graphs"]
     out["graph_breaks"] = after["breaks"]
     await engine.stop()
+    if out["compiled"]:
+        assert engine.worker is not None
+        out["kernels_per_step"] = kernels_per_step(engine.worker.runner)
+    return out
+
+
+def launches(source: str) -> tuple[int, int]:
+    """Inductor's generated code (a program's module) -> the kernels its `call` runs (C++ on the CPU, Triton on
+    CUDA) and the library or custom-op calls it makes."""
+    body = source[source.index("def call("):]
+    kernels = len(re.findall(r"^\s+(?:cpp_fused_\w+|triton_\w+\.run)\(", body, re.M))
+    return kernels, len(re.findall(r"(?:extern_kernels|torch\.ops)\.[\w.]+\(", body))
+
+
+def kernels_per_step(runner: Any) -> dict[str, Any]:
+    """What one steady step launches at the runner's largest bucket, read from the code Inductor generates: its own
+    kernels plus library and custom-op calls, for `decode` and `first` once and `next` G - 2 times. (A custom op
+    counts once; on the CPU `slot_attention` makes one attention call per row inside, `uniforms` a few dozen small
+    ops.) The programs are compiled again (from Inductor's cache) to read their code, so this runs last."""
+    from torch._inductor.utils import run_and_get_code
+    torch._dynamo.reset()
+    bucket = runner.programs.buckets[-1]
+    _, sources = run_and_get_code(runner.warm_up, (bucket,))
+    assert len(sources) == 3, f"expected the decode, first and next programs' code, got {len(sources)}"
+    out: dict[str, Any] = {"bucket": bucket}
+    total = 0
+    for name, calls, src in zip(("decode", "first", "next"), (1, 1, runner.groups - 2), sources, strict=True):
+        kernels, library = launches(src)
+        out[name] = {"kernels": kernels, "library_calls": library, "calls_per_step": calls}
+        total += calls * (kernels + library)
+    out["per_step"] = total
     return out
 
 
@@ -148,6 +180,11 @@ def report(s: dict[str, Any], counts: list[int]) -> None:
                 print(f"          {n:>2} request(s) {phase:>6}: {r['frames_per_s']:8.2f} frames/s "
                       f"({r['frames_per_s'] * FRAME_S:6.3f} audio s/s)  step p50 {r.get('step_ms_p50')} ms  "
                       f"first audio p50 {r.get('ttfa_ms_p50')} ms  step gap p50 {r.get('gap_us_p50')} us")
+    k = s["compiled"].get("kernels_per_step")
+    if k:
+        parts = ", ".join(f"{p} {k[p]['kernels']} + {k[p]['library_calls']} x {k[p]['calls_per_step']}"
+                          for p in ("decode", "first", "next"))
+        print(f"compiled: {k['per_step']} kernels and library calls a step at bucket {k['bucket']} ({parts})")
     for n in counts:
         print(f"compiled / eager, {n} request(s): first workload {s[f'ratio_{n}_first']}x, "
               f"steady {s[f'ratio_{n}_steady']}x")

@@ -81,10 +81,11 @@ class StaticRunner(Runner):
         self._positions = [torch.tensor(g, device=self.device) for g in range(self.groups)]  # the sub-steps'
         self._pauses = {2, 2 + (self.groups - 2) // 2}  # before sub-steps 2 and 9 (of 16)
 
-    def warm_up(self) -> None:
-        """Runs every bucket's programs once (compiling them), on idle rows: nothing a request holds changes."""
+    def warm_up(self, buckets: tuple[int, ...] | None = None) -> None:
+        """Runs every bucket's programs (or `buckets`') once, compiling them, on idle rows: nothing a request holds
+        changes."""
         with torch.inference_mode():
-            for bucket in self.programs.buckets:
+            for bucket in buckets or self.programs.buckets:
                 sb = self._neutral(bucket)
                 hidden = self.programs.decode(bucket, self.next_embed, self.lengths, sb.decode, self.kv.k, self.kv.v)
                 drive(self._sample(sb, hidden))

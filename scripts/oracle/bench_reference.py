@@ -12,6 +12,9 @@ Both sides: the same checkpoint, the same --requests requests (texts x voices, d
 --max-frames frames when given, the checkpoint's default sampling (generation_config.json) with the same text mode
 (streaming text, as that config says), one warm-up request first, then --repeat timed runs (default 3) of which the
 median (by throughput) is reported. Talkstream's side takes --quantize and --dtype as `talkstream serve` does.
+--to-the-cap (with --max-frames) runs every request to exactly its cap on both sides: `min_new_tokens` on the official
+side, EOS held off on Talkstream's (a benchmark-only knob), so random weights' random speech ends do not decide the
+ratio; each side's frames per request are reported so the cap can be seen to hold.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ TEXTS = [
     "this voice will make some sound for each word that you write in the test",
 ]
 VOICES = ["aria", "ben", "cleo", "dev"]
+FRAME_S = 0.08  # audio seconds per codec frame (12.5 Hz)
 
 
 def workload(n: int) -> list[tuple[str, str]]:
@@ -44,7 +48,8 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {**ordered[len(ordered) // 2], "repeats": [round(r["audio_s_per_wall_s"], 2) for r in runs]}
 
 
-def run_official(ckpt: Path, threads: int, repeat: int, n: int, max_frames: int | None) -> dict[str, Any]:
+def run_official(ckpt: Path, threads: int, repeat: int, n: int, max_frames: int | None, to_cap: bool
+                 ) -> dict[str, Any]:
     import torch
     from qwen_tts import Qwen3TTSModel
 
@@ -52,6 +57,8 @@ def run_official(ckpt: Path, threads: int, repeat: int, n: int, max_frames: int 
     torch.manual_seed(0)
     tts = Qwen3TTSModel.from_pretrained(str(ckpt), dtype=torch.float32)
     cap = {} if max_frames is None else {"max_new_tokens": max_frames}
+    if to_cap:
+        cap["min_new_tokens"] = max_frames
     tts.generate_custom_voice(text="hello", speaker="aria", non_streaming_mode=False, **cap)  # warm-up
     texts, voices = zip(*workload(n), strict=True)
     runs = []
@@ -65,11 +72,14 @@ def run_official(ckpt: Path, threads: int, repeat: int, n: int, max_frames: int 
 
 
 async def _talkstream(ckpt: Path, threads: int, repeat: int, n: int, max_frames: int | None, quantize: str | None,
-                      dtype: str) -> dict[str, Any]:
+                      dtype: str, to_cap: bool) -> dict[str, Any]:
+    from benchmarks.compiled_step import to_the_cap
     from engine.config import EngineConfig
     from engine.engine import Engine
     from talker.request import SpeechRequest
 
+    if to_cap:
+        to_the_cap()
     engine = Engine(EngineConfig(model=str(ckpt), device="cpu", max_batch=n, max_queue=n, quantize=quantize,
                                  dtype=dtype).tuned(torch_threads=threads))
     await engine.start()  # includes a warm-up request
@@ -109,6 +119,7 @@ def summary(name: str, ttfa: list[float], audio: list[float], wall: float) -> di
         "audio_s": sum(audio),
         "wall_s": wall,
         "audio_s_per_wall_s": sum(audio) / wall,
+        "frames_per_request": sorted({round(a / FRAME_S) for a in audio}),
     }
 
 
@@ -155,6 +166,7 @@ def main() -> None:
                     help="torch threads (official: intra-op; talkstream: per worker, 0 = its own choice)")
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--max-frames", type=int, default=None, help="each request's frames at most")
+    ap.add_argument("--to-the-cap", action="store_true", help="every request makes exactly --max-frames frames")
     ap.add_argument("--quantize", default=None, help="talkstream side: as `talkstream serve --quantize`")
     ap.add_argument("--dtype", default="auto", help="talkstream side: as TALKSTREAM_DTYPE")
     ap.add_argument("--label", default="", help="the workload, for the report")
@@ -162,15 +174,18 @@ def main() -> None:
     ap.add_argument("--report", nargs="+", type=Path, metavar="JSON",
                     help="per round: the official side's result, then Talkstream's")
     args = ap.parse_args()
+    if args.to_the_cap and args.max_frames is None:
+        ap.error("--to-the-cap needs --max-frames")
     if args.report:
         runs = [json.loads(p.read_text().strip().splitlines()[-1]) for p in args.report]
         print(json.dumps(report(runs[0::2], runs[1::2], args.label)))
     elif args.side == "official":
         threads = args.threads or os.cpu_count() or 1
-        print(json.dumps(run_official(args.checkpoint, threads, args.repeat, args.requests, args.max_frames)))
+        print(json.dumps(run_official(args.checkpoint, threads, args.repeat, args.requests, args.max_frames,
+                                      args.to_the_cap)))
     else:
         print(json.dumps(asyncio.run(_talkstream(args.checkpoint, args.threads, args.repeat, args.requests,
-                                                 args.max_frames, args.quantize, args.dtype))))
+                                                 args.max_frames, args.quantize, args.dtype, args.to_the_cap))))
 
 
 if __name__ == "__main__":

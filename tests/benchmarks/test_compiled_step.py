@@ -6,7 +6,7 @@ import pytest
 
 import talker.models.qwen3_tts.static as static_math
 import talker.runner as eager_math
-from benchmarks.compiled_step import agreement, to_the_cap
+from benchmarks.compiled_step import agreement, launches, to_the_cap
 
 
 def test_agreement_counts_the_frames_before_the_first_difference() -> None:
@@ -24,3 +24,21 @@ def test_to_the_cap_holds_eos_off_in_both_steps(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(static_math, "MIN_FRAMES_BEFORE_EOS", static_math.MIN_FRAMES_BEFORE_EOS)
     to_the_cap()
     assert eager_math.MIN_FRAMES_BEFORE_EOS > 10**6 and static_math.MIN_FRAMES_BEFORE_EOS > 10**6
+
+
+SOURCE = '''
+cpp_fused_add_0 = async_compile.cpp_pybinding(["float*"], "...")
+class Runner:
+    def call(self, args):
+        buf0 = empty_strided_cpu((1, 64), (64, 1), torch.float32)
+        cpp_fused_add_0(arg0_1, buf0)
+        buf1 = torch.ops.talkstream.project.default(buf0, 3, 64)
+        cpp_fused_mul_1(buf1)
+        buf2 = extern_kernels.mm(buf1, arg1_1)
+        triton_poi_fused_add_2.run(buf2, stream=stream0)
+        return (buf2, )
+'''
+
+
+def test_launches_counts_the_kernels_and_library_calls_a_program_runs() -> None:
+    assert launches(SOURCE) == (3, 2)  # cpp_fused_add_0's definition, above `call`, is not a launch
