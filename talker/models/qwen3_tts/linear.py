@@ -95,13 +95,14 @@ class Int8Linear(nn.Module):
         self.bias = None if bias is None else bias.detach().clone()
         self.on_cpu = weight.device.type == "cpu" if weight_only is None else not weight_only
         if self.on_cpu:
-            self._packed = _fbgemm_pack(qweight, scales)
+            self.packed = _fbgemm_pack(qweight, scales)  # fbgemm's int8 weight
         else:
             self._qweight, self._scales = qweight, scales.to(weight.dtype)
-        self._sentinel = torch.zeros(1, self.in_features, dtype=torch.float32, device=weight.device)
-        self._sentinel[0, 0] = 1.0
+        # [1, K]: pins fbgemm's input range to [-1, 1]
+        self.sentinel = torch.zeros(1, self.in_features, dtype=torch.float32, device=weight.device)
+        self.sentinel[0, 0] = 1.0
         if self.in_features > 1:
-            self._sentinel[0, 1] = -1.0
+            self.sentinel[0, 1] = -1.0
 
     @property
     def nbytes(self) -> int:
@@ -119,8 +120,8 @@ class Int8Linear(nn.Module):
     def _cpu(self, rows: Tensor) -> Tensor:
         # rows: [M, K] float32 -> [M, N]
         scale = torch.linalg.vector_norm(rows, float("inf"), dim=1, keepdim=True).clamp_(min=1e-30)  # [M, 1]: max |x|
-        unit = torch.cat((rows / scale, self._sentinel))  # [M + 1, K], every row within [-1, 1]
-        out = torch.ops.quantized.linear_dynamic(unit, self._packed, True)  # [M + 1, N]
+        unit = torch.cat((rows / scale, self.sentinel))  # [M + 1, K], every row within [-1, 1]
+        out = torch.ops.quantized.linear_dynamic(unit, self.packed, True)  # [M + 1, N]
         return out[:-1].mul_(scale)
 
 

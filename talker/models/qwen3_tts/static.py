@@ -3,8 +3,7 @@
 Rows are slots: a step runs over slots [0, B) for a batch bucket B, the rows that are not in it computed and thrown
 away (`active`). So the programs see the same shapes at every step of a bucket, read the slot caches as views
 (no gather), and a row's arithmetic does not depend on its bucket or on its neighbours:
-- every projection is one library call (`static_ops.project`) whose result for a row is the one it gets alone:
-  on the CPU oneDNN's linear on a weight prepacked once, or the int8 kernel (its rows are quantized one by one);
+- every projection's result for a row is the one the row gets alone (talker/models/qwen3_tts/static_linear.py);
 - the Talker's attention reads each row's own positions (`static_ops.slot_attention`) on the CPU, and the whole
   slot under a mask on CUDA (a graph cannot depend on host-known lengths);
 - norms, RoPE, the code predictor's attention over its 17 positions and the draws are the compiler's own loops,
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -29,73 +27,11 @@ from torch import Tensor, nn
 from talker import static_ops
 from talker.models.qwen3_tts.config import Qwen3TTSConfig
 from talker.models.qwen3_tts.layers import DecoderLayer, DecoderStack
-from talker.models.qwen3_tts.linear import Int8Linear, PackedLinear, Projection
 from talker.models.qwen3_tts.model import Talker
+from talker.models.qwen3_tts.static_linear import Linear, linear_loops, static_linear
 
 MIN_FRAMES_BEFORE_EOS = 2
 CANDIDATES = 64  # a draw's candidates when every row's top_k fits (the checkpoints' default is 50); else all
-PACK_ROWS_HINT = 16
-LOOPS_MAX_ELEMENTS = 1 << 15  # a CPU weight this small is applied by the compiler's loops, larger ones by oneDNN
-
-
-class Linear:
-    """A projection inside a static program: a registered library call (`key`), or in the graph: `F.linear` (CUDA),
-    or for a small weight on the CPU products and sums the compiler writes itself (a library GEMM's result for a
-    row changes with the rows beside it, and its call costs more than the arithmetic of a small weight)."""
-
-    __slots__ = ("bias", "key", "loops", "out", "weight")
-
-    def __init__(self, key: int, out: int, weight: Tensor | None = None, bias: Tensor | None = None) -> None:
-        self.key, self.out, self.weight, self.bias = key, out, weight, bias
-        self.loops = weight is not None and weight.device.type == "cpu"
-        if self.loops:  # [K, N]: the loops run along N, summing over K (no horizontal sum per output)
-            assert weight is not None
-            self.weight = weight.t().contiguous()
-
-    def __call__(self, x: Tensor) -> Tensor:
-        if self.key >= 0:
-            return torch.ops.talkstream.project(x, self.key, self.out)
-        assert self.weight is not None
-        return linear_loops(x, self.weight, self.bias) if self.loops else F.linear(x, self.weight, self.bias)
-
-
-def linear_loops(x: Tensor, weight_t: Tensor, bias: Tensor | None) -> Tensor:
-    """x: [..., K], weight_t: [K, N] -> [..., N], one row at a time."""
-    out = (x.unsqueeze(-1) * weight_t).sum(-2)
-    return out if bias is None else out + bias
-
-
-def _project(linear: Linear, x: Tensor) -> Tensor:
-    return linear(x)
-
-
-def _plain(t: Tensor | None) -> Tensor | None:
-    return None if t is None else t.detach()
-
-
-def static_linear(p: Projection | nn.Module) -> Linear:
-    """The static program's form of one of the model's projections (a module, a bound forward or a partial)."""
-    owner = getattr(p, "__self__", p)
-    if isinstance(owner, Int8Linear):
-        return Linear(static_ops.register(owner.forward), owner.out_features)
-    packed: object | None = None
-    if isinstance(owner, (PackedLinear, nn.Linear)):
-        weight, bias = _plain(owner.weight), _plain(owner.bias)
-        packed = owner._packed if isinstance(owner, PackedLinear) else None
-    elif isinstance(p, partial):
-        weight, bias = _plain(p.keywords["weight"]), _plain(p.keywords.get("bias"))
-    else:
-        raise TypeError(f"not a projection: {type(p).__name__}")
-    assert weight is not None
-    if weight.device.type != "cpu" or weight.numel() < LOOPS_MAX_ELEMENTS:
-        return Linear(-1, weight.shape[0], weight, bias)
-    if packed is None:
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS_HINT)
-
-    def onednn(x: Tensor) -> Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
-
-    return Linear(static_ops.register(onednn), weight.shape[0])
 
 
 @dataclass(slots=True)
@@ -202,7 +138,7 @@ class StaticTalker:
         # codebook g's head, g a tensor: a registered call that picks it (CPU), or a stacked weight (CUDA)
         heads = self.heads
         self.heads_key = -1 if heads[0].key < 0 else static_ops.register_indexed(
-            [partial(_project, head) for head in heads], first=1)
+            list(heads), first=1)
         self.head_weights = None if heads[0].weight is None else torch.stack(
             [head.weight for head in heads if head.weight is not None])  # [G - 1, V, Hp]
         vocab = cfg.talker.vocab_size
