@@ -91,8 +91,14 @@ async def run_mode(args: argparse.Namespace, mode: str, counts: list[int]) -> di
 
 
 def launches(source: str) -> tuple[int, int]:
-    """Inductor's generated code (a program's module) -> the kernels its `call` runs (C++ on the CPU, Triton on
-    CUDA) and the library or custom-op calls it makes."""
+    """Inductor's generated code (a program's module) -> the kernels its entry runs (C++ on the CPU, Triton on
+    CUDA) and the library or custom-op calls it makes. The entry is Python's `call`, or with the C++ wrapper (the
+    CPU's) `inductor_entry_impl`, whose library calls go through `aoti_torch_cpu_*` and the dispatcher."""
+    if "void inductor_entry_impl(" in source:
+        start = source.index("void inductor_entry_impl(")
+        body = source[start:source.index("} // inductor_entry_impl", start)]
+        kernels = len(re.findall(r"^\s+cpp_fused_\w+\(", body, re.M))
+        return kernels, len(re.findall(r"\b(?:aoti_torch_cpu_\w+|aoti_torch_call_dispatcher)\(", body))
     body = source[source.index("def call("):]
     kernels = len(re.findall(r"^\s+(?:cpp_fused_\w+|triton_\w+\.run)\(", body, re.M))
     return kernels, len(re.findall(r"(?:extern_kernels|torch\.ops)\.[\w.]+\(", body))

@@ -40,5 +40,26 @@ class Runner:
 '''
 
 
+CPP_SOURCE = '''
+extern "C"  void  cpp_fused_project_sin_0(const float* in_ptr0, float* out_ptr0);
+void inductor_entry_impl(AtenTensorHandle* input_handles, AtenTensorHandle* output_handles) {
+    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(2, int_array_0, int_array_1, f32, cpu, 0, &buf0_handle));
+    cpp_fused_project_sin_0((const float*)(arg0_1.data_ptr()), (float*)(buf0.data_ptr()));
+    {
+        AOTI_TORCH_ERROR_CODE_CHECK(
+            aoti_torch_call_dispatcher("talkstream::project", "", dispatch_vars.data())
+        );
+    }
+    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cpu_mm_out(buf3, buf2, arg1_1));
+    cpp_fused_cos_1((float*)(buf3.data_ptr()));
+    output_handles[0] = buf3.release();
+} // inductor_entry_impl
+extern "C"  void  cpp_fused_project_sin_0(const float* in_ptr0, float* out_ptr0)
+{
+}
+'''
+
+
 def test_launches_counts_the_kernels_and_library_calls_a_program_runs() -> None:
     assert launches(SOURCE) == (3, 2)  # cpp_fused_add_0's definition, above `call`, is not a launch
+    assert launches(CPP_SOURCE) == (2, 2)  # the C++ wrapper's entry; the kernels' definitions are not launches

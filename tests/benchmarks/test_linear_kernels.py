@@ -35,3 +35,18 @@ def test_the_kernels_compute_the_same_projection() -> None:
         want = F.linear(x, w)
         torch.testing.assert_close(linear_kernels.onednn(PackedLinear(w))(x), want, rtol=1e-5, atol=1e-5)
         assert float((Int8Linear(w)(x) - want).norm() / want.norm()) < 0.02
+
+
+@pytest.mark.filterwarnings(r"ignore::DeprecationWarning:torch(\.|$)")  # the compiler on torch's own parts
+def test_the_other_int8_kernels_compute_the_same_projection_within_int8s_error() -> None:
+    g = torch.Generator().manual_seed(0)
+    weights = [torch.randn(n, k, generator=g) * 0.02 for n, k in linear_kernels.shapes("tiny")]
+    kernels = linear_kernels.int8_kernels(weights)
+    assert set(kernels) == {"int8_weight_only", "int8_weight_only_inductor", "int8_onednn", "int8_int_mm"}
+    for rows in (1, 4):
+        for i, w in enumerate(weights):
+            x = torch.randn(rows, 1, w.shape[1], generator=g)
+            want = F.linear(x, w).reshape(rows, -1)
+            for name, layer in kernels.items():
+                got = layer[i](x).reshape(rows, -1)
+                assert float((got - want).norm() / want.norm()) < 0.05, (name, rows, w.shape)  # 7-bit activations: ~3%
