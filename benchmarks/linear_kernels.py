@@ -53,6 +53,7 @@ def int8_kernels(weights: list[torch.Tensor]) -> dict[str, list[Callable[[torch.
     def cast(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         return F.linear(x, q.to(x.dtype)) * s
 
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)  # a graph per shape
     inductor = torch.compile(cast, dynamic=False)
 
     def quantized_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
