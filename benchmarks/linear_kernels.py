@@ -21,6 +21,7 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -56,6 +57,9 @@ def int8_kernels(weights: list[torch.Tensor]) -> dict[str, list[Callable[[torch.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)  # a graph per shape
     inductor = torch.compile(cast, dynamic=False)
 
+    def weight_only(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), q, s)
+
     def quantized_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = x.reshape(-1, x.shape[-1])
         scale = rows.abs().amax(dim=1, keepdim=True).clamp(min=1e-30) / 127.0  # [M, 1]
@@ -83,10 +87,8 @@ def int8_kernels(weights: list[torch.Tensor]) -> dict[str, list[Callable[[torch.
         return f
 
     return {
-        "int8_weight_only": [lambda x, q=q, s=s: torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), q, s)
-                             for q, s in zip(qweights, scales, strict=True)],  # type: ignore[misc]
-        "int8_weight_only_inductor": [lambda x, q=q, s=s: inductor(x, q, s)
-                                      for q, s in zip(qweights, scales, strict=True)],  # type: ignore[misc]
+        "int8_weight_only": [partial(weight_only, q=q, s=s) for q, s in zip(qweights, scales, strict=True)],
+        "int8_weight_only_inductor": [partial(inductor, q=q, s=s) for q, s in zip(qweights, scales, strict=True)],
         "int8_onednn": [onednn_int8(q, s) for q, s in zip(qweights, scales, strict=True)],
         "int8_int_mm": [int_mm(q, s) for q, s in zip(qweights, scales, strict=True)],
     }
