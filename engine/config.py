@@ -43,6 +43,7 @@ class EngineConfig:
     max_ahead_s: float = 8.0  # audio buffered ahead of a reader before its request is paused
     reader_timeout_s: float = 30.0  # a reader that reads nothing for this long while audio waits is dropped
     text_timeout_s: float = 10.0  # a text arriving over time that is quiet this long ends as if finished
+    lexicon: Path | None = None  # a JSON object of word → respelling (talker/models/lexicon.py); SIGHUP reloads it
     cache_dir: Path = field(default_factory=default_cache_dir)
     tuning: Tuning = field(default_factory=Tuning)  # not read from the environment
 
@@ -63,7 +64,7 @@ class EngineConfig:
         if not self.model.strip():
             raise ValueError("model must be 'tiny', a checkpoint directory or a Hub repository id")
         return replace(self, output_mode=OutputMode(self.output_mode), cache_dir=Path(self.cache_dir),
-                       tuning=self.tuning.validate())
+                       lexicon=Path(self.lexicon) if self.lexicon else None, tuning=self.tuning.validate())
 
     def tuned(self, **knobs: Any) -> EngineConfig:
         """This config with some tuning knobs changed (tests, benchmarks)."""

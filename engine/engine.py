@@ -21,12 +21,14 @@ from output_builder.assembler import RequestOutput
 from output_builder.bridge import AsyncBridge
 from output_builder.chunk_decoder import ChunkDecoder, InProcessCodec
 from output_builder.pipeline import OutputPipeline
+from output_builder.repetition import RepeatWatch
 from output_builder.streams import AudioStream
 from output_builder.sync_bridge import SyncBridge
 from talker.compiled import use_cache_dir, wants_compile
 from talker.device import DeviceLayer
 from talker.models.frontend import Prepared, Voice
 from talker.models.hub import is_directory
+from talker.models.lexicon import Lexicon
 from talker.models.text_stream import visible_chars
 from talker.request import (
     ClonePrompt,
@@ -218,8 +220,11 @@ class Engine:
 
         if blank:
             self._blank.add(rid)
+        def ended(tokens: int) -> None:  # its speech's cap, by its whole text (the output side cuts it there)
+            out.caps = (min(s.max_frames, frontend.cap(tokens)),)
+
         handle = SpeechInput(rid, out.stream, frontend.tokenizer.stream(), start, worker.send,
-                             self.config.tuning.text_width - 1, len(s.instruct or ()), admit if blank else None)
+                             self.config.tuning.text_width - 1, len(s.instruct or ()), admit if blank else None, ended)
         self._inputs[rid] = handle
         if request.text:
             try:
@@ -231,10 +236,12 @@ class Engine:
 
     def _seq_for(self, p: Prepared) -> Seq:
         out = self._output(p.request.request_id, p.limit, len(p.segments) - 1, self._segment_ended(p))
+        out.caps = p.caps
+        out.stream.transcript = p.spoken
         out.stream.usage.input_tokens = p.input_tokens
         if (ref := p.prompt.reference) is not None:
             out.context = np.array(ref.codes, dtype=np.int64).T  # [G, F]
-        return Seq(out.request_id, p.prompt, p.params, p.seed, p.max_frames, out.stream_id)
+        return Seq(out.request_id, p.prompt, p.params, p.seed, min(p.max_frames, out.max_frames), out.stream_id)
 
     def _output(self, rid: str, limit: int | None, segments_left: int = 0,
                 on_segment_end: Callable[[RequestOutput], None] | None = None) -> RequestOutput:
@@ -244,7 +251,8 @@ class Engine:
         eos = self._loaded.talker.cfg.codec.eos
         out = RequestOutput(rid, stream, limit or NO_LIMIT, eos, cfg.tuning.first_chunk_frames, cfg.tuning.chunk_frames,
                             segment_frames=self._loaded.frontend.max_frames, segments_left=segments_left,
-                            on_segment_end=on_segment_end)
+                            on_segment_end=on_segment_end, watch=RepeatWatch(self._loaded.frontend.frame_rate),
+                            on_cut=self._cut)
         self._outputs[rid] = out
         assert self.pipeline is not None
         self.pipeline.outputs[out.stream_id] = out  # the key its Seqs carry across the bridge
@@ -259,7 +267,7 @@ class Engine:
         def submit_next(out: RequestOutput) -> None:
             if out.closed or out.stream.done or self.worker is None or self.state is EngineState.DEAD:
                 return
-            frames = min(out.segment_frames, out.max_frames - out.frames)
+            frames = min(out.segment_cap, out.max_frames - out.frames)
             seq = Seq(out.request_id, p.segments[out.segment], p.params, p.seed, frames, out.stream_id,
                       segment=out.segment)
             self.worker.send(Submit((seq,)))
@@ -270,6 +278,20 @@ class Engine:
             loop.call_soon_threadsafe(submit_next, out)
 
         return next_segment
+
+    def reload_lexicon(self) -> int | None:
+        """Reads the lexicon file again (SIGHUP): the new one applies to requests from now on. Raises LexiconError
+        (the one in use stays) when it cannot be used. Returns its entries; None without a lexicon."""
+        if self.config.lexicon is None or self._loaded is None:
+            return None
+        lexicon = Lexicon.load(self.config.lexicon)
+        self._loaded.frontend.lexicon = lexicon
+        return len(lexicon)
+
+    def _cut(self, out: RequestOutput) -> None:
+        """The output side ended `out`'s current segment before its EOS: that segment's Seq stops."""
+        if self.worker is not None:
+            self.worker.send(Abort(out.request_id, out.segment))
 
     def check_admission(self, n: int = 1) -> None:
         """Raises what `submit` would for `n` new requests on account of the engine: not ready (or dead), or full.

@@ -17,6 +17,7 @@ from output_builder.codecs.qwen12hz import Qwen12HzCodec
 from talker.device import Threads, resolve_device, thread_plan, usable_cores
 from talker.models.frontend import Frontend, load_tokenizer
 from talker.models.hub import resolve
+from talker.models.lexicon import Lexicon
 from talker.models.loader import LoadedTalker, load_talker, resolve_dtype
 from talker.models.qwen3_tts.config import read_json
 from talker.request import VoiceKind
@@ -50,7 +51,9 @@ def load(cfg: EngineConfig) -> Loaded:
     threads = thread_plan(cfg.tuning.torch_threads, step_params, usable_cores())
     log.info("torch threads: Talker %d, codec %d (%d cores)", threads.talker, threads.codec, usable_cores())
     codec_dir = path / "speech_tokenizer"
-    sample_rate = int(read_json(codec_dir / "config.json").get("output_sample_rate", 24000))
+    codec_cfg = read_json(codec_dir / "config.json")
+    sample_rate = int(codec_cfg.get("output_sample_rate", 24000))
+    frame_rate = sample_rate / int(codec_cfg.get("decode_upsample_rate", 1920))
     codec, process = None, None
     native = cfg.tuning.native_kernels and device.type == "cpu"
     if cfg.output_mode is OutputMode.ASYNC:
@@ -60,7 +63,8 @@ def load(cfg: EngineConfig) -> Loaded:
         codec.use_native(load_native() if native else None)
     max_frames = min(cfg.max_frames, cfg.max_len // 2)
     frontend = Frontend(talker.cfg, talker.generation, load_tokenizer(path), max_frames, cfg.tuning.text_width,
-                        cfg.max_len - max_frames)
+                        cfg.max_len - max_frames, frame_rate)
+    frontend.lexicon = Lexicon.load(cfg.lexicon) if cfg.lexicon else None
     sampler = load_sampling_kernel() if native else None
     voices = VoiceProcess(path) if frontend.kind is VoiceKind.BASE else None
     return Loaded(path, talker, codec, process, frontend, device, sample_rate, sampler, threads, voices)

@@ -32,7 +32,7 @@ class SpeechInput:
 
     def __init__(self, request_id: str, stream: AudioStream, text: TextStream, start: Start,
                  send: Callable[[Feed], None], max_tokens: int, base_tokens: int = 0,
-                 admit: Callable[[], bool] | None = None) -> None:
+                 admit: Callable[[], bool] | None = None, ended: Callable[[int], None] | None = None) -> None:
         self.request_id, self.stream = request_id, stream
         self.finished = False  # no more text
         self.timed_out: TextEnd | None = None  # why the engine ended its text, if it did
@@ -44,6 +44,7 @@ class SpeechInput:
         self._released = 0  # tokens released, the role's included
         self._max_tokens, self._base_tokens = max_tokens, base_tokens
         self._admit = admit  # a blank text's admission, asked at its first visible character (None: admitted)
+        self._ended = ended  # told the text's tokens (the role's included) when it ends: its speech's cap follows
 
     @property
     def text(self) -> str:
@@ -105,6 +106,8 @@ class SpeechInput:
             tokens, done, self.finished = tokens[: max(room, 0)], True, True
         self._released += len(tokens)
         self.stream.usage.input_tokens = self._base_tokens + max(0, self._released - ROLE)
+        if done and self._ended is not None:
+            self._ended(self._released)
         if self._head is None:
             if tokens or done:
                 self._send(Feed(self.request_id, tuple(tokens), done))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from output_builder.repetition import RepeatWatch
 from output_builder.streams import AudioStream
 from talker.request import FinishReason
 
@@ -30,16 +31,20 @@ class RequestOutput:
     eos_id: int
     first_chunk: int
     chunk: int
-    segment_frames: int = 1 << 62  # one segment's frames at most (a Seq's max_frames)
+    segment_frames: int = 1 << 62  # one segment's frames at most: the server's cap
+    caps: tuple[int, ...] = ()  # each segment's frames at most, by its text (within segment_frames; none: that)
     segments_left: int = 0
     on_segment_end: Callable[[RequestOutput], None] | None = None  # starts the next segment
+    watch: RepeatWatch | None = None  # ends a segment that loops
+    on_cut: Callable[[RequestOutput], None] | None = None  # stops the Seq of a segment cut before its EOS (called
+    # before `segment` moves on): the worker's own frame cap knows neither a loop nor a streamed text's cap
     context: np.ndarray | None = None  # [G, F] a cloned voice's reference frames: decoded first, heard never
     stream_id: int = field(default_factory=lambda: next(_stream_ids))  # names its codec state
     released: bool = False  # codec state dropped
     frames: int = 0  # frames accepted (EOS and later frames are not counted)
     chunks: int = 0
     segment: int = 0
-    truncated: bool = False  # a segment reached its frame cap before its EOS: part of its text may be unspoken
+    cut: FinishReason | None = None  # why a segment ended before its EOS (the first): part of its text is unspoken
     closed: bool = False  # no more frames are accepted
     _in_segment: int = 0
     _pending: list[np.ndarray] = field(default_factory=list)
@@ -53,16 +58,31 @@ class RequestOutput:
         if self.closed or segment != self.segment:
             return None
         self.waiting = held
-        if int(row[0]) == self.eos_id:
-            return self._end_segment(truncated=False)
+        code = int(row[0])
+        if code == self.eos_id:
+            return self._end_segment(None)
         self._pending.append(row)
         self.frames += 1
         self._in_segment += 1
         if self.frames >= self.max_frames:
             return self._close(FinishReason.MAX_FRAMES)
-        if self._in_segment >= self.segment_frames and (job := self._end_segment(truncated=True)) is not None:
-            return job
+        if self.watch is not None and self.watch.see(code):
+            if (job := self._end_segment(FinishReason.REPETITION)) is not None:
+                return job
+        elif self._in_segment >= (cap := self.segment_cap):
+            reason = FinishReason.SPEECH_CAP if cap < self.segment_frames else FinishReason.MAX_FRAMES
+            if (job := self._end_segment(reason)) is not None:
+                return job
         return self._cut(None) if len(self._pending) >= self._target() else None
+
+    @property
+    def segment_cap(self) -> int:
+        """The current segment's frames at most."""
+        return self.caps[self.segment] if self.segment < len(self.caps) else self.segment_frames
+
+    @property
+    def truncated(self) -> bool:
+        return self.cut is not None
 
     def _target(self) -> int:
         return chunk_target(self.first_chunk, self.chunk, self.chunks)
@@ -82,14 +102,19 @@ class RequestOutput:
         self._heard_ahead = len(self._pending)
         return job
 
-    def _end_segment(self, truncated: bool) -> ChunkJob | None:
-        """The last segment ends the stream; any other hands over to the next, whose frames join the pending."""
-        self.truncated |= truncated
+    def _end_segment(self, cut: FinishReason | None) -> ChunkJob | None:
+        """The last segment ends the stream; any other hands over to the next, whose frames join the pending.
+        `cut`: why the segment ended before its EOS (None: it said it)."""
+        self.cut = self.cut or cut
+        if cut is not None and self.on_cut is not None:
+            self.on_cut(self)
         if self.segments_left == 0:
-            return self._close(FinishReason.MAX_FRAMES if self.truncated else FinishReason.EOS)
+            return self._close(self.cut or FinishReason.EOS)
         self.segments_left -= 1
         self.segment += 1
         self._in_segment = 0
+        if self.watch is not None:
+            self.watch.reset()
         if self.on_segment_end is not None:
             self.on_segment_end(self)
         return None

@@ -39,6 +39,7 @@ class AudioStream:
         self.request_id = request_id
         self.sample_rate = sample_rate
         self.usage = Usage(sample_rate=sample_rate)
+        self.transcript: str | None = None  # the text as spoken (respelled), when it is known whole at the start
         self.finish_reason: FinishReason | None = None
         self.error: BaseException | None = None
         self.created = time.monotonic()

@@ -109,13 +109,16 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                         "auto (default) where measured faster (real checkpoints on a CPU), on, or off (eager)")
     p.add_argument("--max-batch", type=int, default=None)
     p.add_argument("--max-queue", type=int, default=None)
+    p.add_argument("--lexicon", type=Path, default=None, metavar="FILE",
+                   help="respellings: a JSON object of word → spelling the model says right, applied to whole words "
+                        "(case-insensitive) before a text is spoken; SIGHUP reloads it (default TALKSTREAM_LEXICON)")
 
 
 def engine_configs(args: argparse.Namespace) -> list[EngineConfig]:
     """One engine config per --model (one for the default model when none is given)."""
     return [EngineConfig.from_env(model=model, revision=args.revision, device=args.device,
                                   output_mode=args.output_mode, quantize=args.quantize, max_batch=args.max_batch,
-                                  max_queue=args.max_queue, compile=args.compile)
+                                  max_queue=args.max_queue, compile=args.compile, lexicon=args.lexicon)
             for model in args.model or [None]]
 
 

@@ -17,7 +17,8 @@ shuts down, so the listener stays open meanwhile and new requests get a 503 (not
 
 A second signal cuts the wait short (step 3 at once); a third makes uvicorn exit without waiting at all.
 `talkstream serve` then returns 0 (uvicorn's habit of re-raising the signal is not kept). SIGHUP counts as SIGTERM:
-a closed terminal or a supervisor's hangup gets the same drain, not the default instant death.
+a closed terminal or a supervisor's hangup gets the same drain, not the default instant death; except on a server
+with a lexicon (`serve --lexicon`), where SIGHUP reads it again and nothing stops.
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ class DrainingServer(uvicorn.Server):
         self.signals = 0
         self.drained_cleanly: bool | None = None
         self._drain: asyncio.Task[None] | None = None
+        self.reloads = 0  # SIGHUPs to a server with a lexicon, each a reload
+        self._reloading: asyncio.Task[None] | None = None
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -115,7 +118,7 @@ class DrainingServer(uvicorn.Server):
             with super().capture_signals():
                 yield
             return
-        previous = signal.signal(hup, self.handle_exit)
+        previous = signal.signal(hup, self.handle_hangup if self.state.has_lexicon else self.handle_exit)
         try:
             with super().capture_signals():
                 yield
@@ -127,7 +130,13 @@ class DrainingServer(uvicorn.Server):
         if self.signals > 2:
             self.should_exit = self.force_exit = True
 
+    def handle_hangup(self, sig: int, frame: FrameType | None) -> None:
+        self.reloads += 1
+
     async def on_tick(self, counter: int) -> bool:
+        if self.reloads and (self._reloading is None or self._reloading.done()):
+            self.reloads = 0  # those that came during a reload are one more
+            self._reloading = asyncio.create_task(self.state.reload_lexicons(), name="lexicon-reload")
         if self.signals and self._drain is None:
             log.info("shutting down: draining for up to %g s (signal again to cut it short)", self.timeout)
             self._drain = asyncio.create_task(self._drain_then_exit(), name="drain")

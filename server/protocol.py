@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from engine import MAX_INPUT_CHARS
+from engine import MAX_INPUT_CHARS, FinishReason
 
 MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 
@@ -40,6 +40,26 @@ class ResponseStatus(StrEnum):
     INCOMPLETE = "incomplete"
     CANCELLED = "cancelled"
     FAILED = "failed"
+
+
+# Why a response is `incomplete` (`status_details.reason`), for SSE and Realtime alike: OpenAI's own word for a
+# client's limit; Talkstream's for its guards against runaway audio (docs/api.md)
+INCOMPLETE_REASONS = {
+    FinishReason.MAX_FRAMES: "max_output_tokens",  # the client's max_frames, or the server's cap on a segment
+    FinishReason.SPEECH_CAP: "max_speech_length",  # the length the text allows
+    FinishReason.REPETITION: "repetition",  # the Talker repeated itself in a loop
+}
+
+
+def incomplete(reason: FinishReason | None, realtime: bool = False) -> dict[str, Any] | None:
+    """`status_details` of a response cut short (None: it was not). Realtime's `reason` is one of OpenAI's (the SDK's
+    types know no other): a guard's own reason goes beside it, as `cause`."""
+    why = INCOMPLETE_REASONS.get(reason) if reason is not None else None
+    if why is None:
+        return None
+    if realtime and why != "max_output_tokens":
+        return {"type": "incomplete", "reason": "max_output_tokens", "cause": why}
+    return {"type": "incomplete", "reason": why}
 
 
 class _Strict(BaseModel):
@@ -121,6 +141,7 @@ class SpeechAudioDone(BaseModel):
     type: Literal["speech.audio.done"] = "speech.audio.done"
     status: Literal["completed", "incomplete"] = "completed"
     status_details: dict[str, Any] | None = None
+    transcript: str | None = None  # the text as spoken (respelled)
     usage: SpeechUsage
 
 

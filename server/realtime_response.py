@@ -6,7 +6,8 @@
 
 `response.done` says how it ended, as OpenAI does: `completed`; `incomplete` when a limit cut it
 (`status_details.reason` `max_output_tokens`: the client's limit, or a segment of a long text the model did not
-finish within the server's frame cap); `cancelled` (`client_cancelled`); `failed` with the error.
+finish within the server's frame cap; a guard against runaway audio, with its own reason as `cause`:
+`max_speech_length` or `repetition`, server/protocol.py); `cancelled` (`client_cancelled`); `failed` with the error.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from engine import AudioStream, FinishReason, SpeechInput
-from server.protocol import ResponseStatus
+from server.protocol import ResponseStatus, incomplete
 from server.realtime_protocol import (
     AudioDelta,
     AudioDone,
@@ -47,8 +48,8 @@ def outcome(reason: FinishReason | None) -> tuple[ResponseStatus, dict[str, Any]
     match reason:
         case FinishReason.EOS:
             return ResponseStatus.COMPLETED, None
-        case FinishReason.MAX_FRAMES:
-            return ResponseStatus.INCOMPLETE, {"type": "incomplete", "reason": "max_output_tokens"}
+        case FinishReason.MAX_FRAMES | FinishReason.SPEECH_CAP | FinishReason.REPETITION:
+            return ResponseStatus.INCOMPLETE, incomplete(reason, realtime=True)
         case FinishReason.ERROR:
             return ResponseStatus.FAILED, {"type": "failed"}
         case _:
@@ -63,7 +64,7 @@ def failed(error: dict[str, Any]) -> dict[str, Any]:
 class ActiveResponse:
     stream: AudioStream
     out: AsyncTranscoder  # PCM at 24 kHz, time-stretched when the session's speed is not 1
-    transcript: str  # the text it speaks
+    transcript: str  # the text it was asked to speak
     voice: str | None
     speed: float
     max_output_tokens: int | Literal["inf"]
@@ -78,7 +79,10 @@ class ActiveResponse:
 
     @property
     def text(self) -> str:
-        return self.feed.text if self.feed is not None else self.transcript
+        """Its transcript: the text as spoken (respelled), else as it came."""
+        if self.feed is not None:
+            return self.feed.text
+        return self.stream.transcript if self.stream.transcript is not None else self.transcript
 
     # Objects ------------------------------------------------------------------------------------------------------
     def item(self, status: ResponseStatus | None) -> MessageItem:

@@ -27,6 +27,7 @@ from server.protocol import (
     SpeechError,
     SpeechUsage,
     StreamFormat,
+    incomplete,
 )
 from server.state import ServerState, server_state
 from server.transcode import AsyncTranscoder, Transcoder
@@ -147,10 +148,11 @@ class Speech:
 
     def done(self) -> SpeechAudioDone:
         """The SSE stream's last event. A response cut by a limit is `incomplete` (as Realtime says it)."""
-        if self.stream.finish_reason is FinishReason.MAX_FRAMES:
-            return SpeechAudioDone(status="incomplete", status_details={"type": "incomplete",
-                                   "reason": "max_output_tokens"}, usage=self.usage())
-        return SpeechAudioDone(usage=self.usage())
+        transcript = self.stream.transcript
+        if (details := incomplete(self.stream.finish_reason)) is not None:
+            return SpeechAudioDone(status="incomplete", status_details=details, transcript=transcript,
+                                   usage=self.usage())
+        return SpeechAudioDone(transcript=transcript, usage=self.usage())
 
     def cancel(self) -> None:
         self.stream.cancel()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -16,6 +17,8 @@ from server import errors
 from server.metrics import Metrics
 from server.protocol import MODEL_ALIASES
 from server.voice_store import VoiceStore, default_data_dir
+
+log = logging.getLogger("talkstream.server")
 
 
 class OpenSpeech(Protocol):
@@ -94,6 +97,21 @@ class ServerState:
 
     def check_model(self, model: str) -> None:
         self.engine_for(model)
+
+    @property
+    def has_lexicon(self) -> bool:
+        return any(e.config.lexicon for e in self.engines.values())
+
+    async def reload_lexicons(self) -> None:
+        """Each engine reads its lexicon file again (SIGHUP); one that cannot be used leaves the one in use."""
+        for model, engine in self.engines.items():
+            try:
+                entries = await asyncio.to_thread(engine.reload_lexicon)
+            except Exception as exc:
+                log.error("model %s keeps the lexicon it had: %s", model, exc)
+            else:
+                if entries is not None:
+                    log.info("model %s reloaded its lexicon: %d entries", model, entries)
 
 
 def state_of(app: FastAPI) -> ServerState:

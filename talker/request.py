@@ -12,7 +12,9 @@ MAX_INPUT_CHARS = 4096  # input and instructions; a longer input's speech is spl
 
 class FinishReason(StrEnum):
     EOS = "eos"
-    MAX_FRAMES = "max_frames"
+    MAX_FRAMES = "max_frames"  # the client's max_frames, or the server's cap on a segment
+    SPEECH_CAP = "speech_cap"  # the length its text allows (no runaway audio: talker/models/frontend.py)
+    REPETITION = "repetition"  # the Talker looped, repeating the same codes (output_builder/repetition.py)
     CANCELLED = "cancelled"
     ERROR = "error"
 

@@ -304,5 +304,12 @@ class Scheduler:
             self._file_deadline(seq)
             self._rebuild()
 
+    def find(self, request_id: str, segment: int | None = None) -> Seq | None:
+        """A request's live Seq: its latest, or that of `segment` (an earlier one may still be stepped)."""
+        found = self.by_id.get(request_id)
+        if segment is None or (found is not None and found.segment == segment):
+            return found
+        return next((s for s in self.all_seqs() if s.request_id == request_id and s.segment == segment), None)
+
     def all_seqs(self) -> list[Seq]:
         return [*self.running, *self.waiting, *self.parked, *self.resuming]

@@ -45,6 +45,7 @@ class Submit:
 @dataclass(frozen=True, slots=True)
 class Abort:
     request_id: str
+    segment: int | None = None  # that segment's Seq alone (a later one may be queued already); None: the request's
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +167,7 @@ class TalkerWorker:
                 for seq in cmd.seqs:
                     sched.add(seq)
         elif isinstance(cmd, Abort):
-            if (found := sched.by_id.get(cmd.request_id)) is not None:
+            if (found := sched.find(cmd.request_id, cmd.segment)) is not None:
                 sched.finish(found)
         elif isinstance(cmd, Pause):
             if (found := sched.by_id.get(cmd.request_id)) is not None:

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from talker.models.catalog import OPENAI_VOICES, Voice, build_voices, voice_kind
+from talker.models.lexicon import Lexicon
 from talker.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
 from talker.models.qwen3_tts.prompt import PromptIds, Reference, codec_prefix
 from talker.models.segmenter import split_text
@@ -24,6 +25,11 @@ __all__ = ["OPENAI_VOICES", "Frontend", "Prepared", "Voice", "load_tokenizer"]
 # A slow speaker's codec frames per text token (an ordinary pace is ~3.5): a segment of max_frames // 8 tokens is
 # spoken within max_frames, so a long text is split before the frame cap could cut it.
 FRAMES_PER_TOKEN = 8
+# No runaway audio: a segment's speech is capped at CAP_FLOOR_S seconds plus FRAMES_PER_TOKEN frames per token of its
+# prompt's text (that slow speaker's pace, over twice an ordinary one), so a model that never says its end of speech
+# stops there instead of talking on for a minute; the floor keeps a short text's slow reading whole.
+CAP_FLOOR_S = 10.0
+FRAME_RATE = 12.5  # frames a second of the 12 Hz codec (24 kHz, 1920 samples a frame)
 MIN_SEGMENT_TOKENS = 16  # instructions must leave at least this much of the prompt to the text
 MAX_FRAMES_LIMIT = 2**31 - 1
 
@@ -37,13 +43,19 @@ class Prepared:
     segments: tuple[PromptIds, ...]
     params: SamplingParams
     seed: int
-    max_frames: int  # frames of one segment at most (the server's cap), within `limit`
+    caps: tuple[int, ...]  # frames of each segment at most: its text's cap (`Frontend.cap`), within the server's
     limit: int | None  # frames of the whole response at most (the client's max_frames)
     input_tokens: int
+    spoken: str  # the text as it is spoken: its transcript
 
     @property
     def prompt(self) -> PromptIds:
         return self.segments[0]
+
+    @property
+    def max_frames(self) -> int:
+        """The first segment's cap."""
+        return self.caps[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +78,13 @@ class Settings:
 class Frontend:
     def __init__(
         self, cfg: Qwen3TTSConfig, gen: GenerationDefaults, tokenizer: TextTokenizer,
-        max_frames: int, text_width: int, max_prompt: int,
+        max_frames: int, text_width: int, max_prompt: int, frame_rate: float = FRAME_RATE,
     ) -> None:
         self.cfg, self.gen, self.tokenizer = cfg, gen, tokenizer
         self.max_frames, self.text_width, self.max_prompt = max_frames, text_width, max_prompt
+        self.frame_rate = frame_rate
+        self.lexicon: Lexicon | None = None  # respellings (the engine's --lexicon; replaced whole on SIGHUP)
+        self.cap_floor = round(CAP_FLOOR_S * frame_rate)
         self.kind = voice_kind(cfg)
         self.voices = build_voices(cfg)
 
@@ -87,13 +102,24 @@ class Frontend:
                                param="input")
         s = self.settings(req)
         streaming = self.streaming_layout(req.text_layout)
-        segments = tuple(s.prompt(self.tokenizer.assistant(piece), streaming) for piece in self.split(text, s))
+        spoken = self.spoken(text)
+        segments = tuple(s.prompt(self.tokenizer.assistant(piece), streaming) for piece in self.split(spoken, s))
         ref = len(s.reference.text_ids) if s.reference else 0
         for prompt in segments:  # the budget keeps every segment within both; a last line of defence
             if ref + len(prompt.text) + 1 > self.text_width or prompt.token_bound > self.max_prompt:
                 raise RequestError("input could not be split into pieces this model can speak", param="input")
         tokens = sum(len(p.text) for p in segments) + len(s.instruct or ())
-        return Prepared(req, segments, s.params, s.seed, s.max_frames, s.limit, tokens)
+        caps = tuple(min(s.max_frames, self.cap(len(p.text))) for p in segments)
+        return Prepared(req, segments, s.params, s.seed, caps, s.limit, tokens, spoken)
+
+    def spoken(self, text: str) -> str:
+        """The text as it is spoken: respelled (the lexicon)."""
+        lexicon = self.lexicon
+        return lexicon.apply(text) if lexicon is not None else text
+
+    def cap(self, tokens: int) -> int:
+        """The frames a segment whose prompt holds `tokens` text tokens may speak at most (see CAP_FLOOR_S)."""
+        return self.cap_floor + FRAMES_PER_TOKEN * tokens
 
     def settings(self, req: SpeechRequest) -> Settings:
         """Validates all but the text."""

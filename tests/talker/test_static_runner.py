@@ -114,9 +114,10 @@ def test_a_compile_that_fails_leaves_the_eager_step(loaded: LoadedTalker, caplog
                                                     monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import torch._inductor.config as inductor
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # nothing cached: the compiler must run
-    monkeypatch.setattr(inductor.cpp, "cxx", (str(tmp_path / "no-such-compiler"),))
     args = (loaded.model.talker, loaded.cfg, 1, 64, 64, CPU, torch.float32)
-    with caplog.at_level(logging.WARNING, logger="talkstream.compile"):
+    # inductor's own patch (a monkeypatch's undo deletes the setting from its config module: later compiles fail)
+    with inductor.patch({"cpp.cxx": (str(tmp_path / "no-such-compiler"),)}), \
+            caplog.at_level(logging.WARNING, logger="talkstream.compile"):
         runner = build_runner(args, True, 1)
     assert type(runner) is Runner
     warned = [r.message for r in caplog.records if "runs eagerly" in r.message]
