@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
+import json
 import os
 import re
 import signal
@@ -202,6 +203,31 @@ def test_sighup_drains_like_sigterm(serve: type[Served]) -> None:
         assert server.proc.wait(60) == 0
     finally:
         stalled.close()
+
+
+def test_sighup_reloads_a_lexicon_and_the_server_goes_on(serve: type[Served], tmp_path: Path) -> None:
+    """With a lexicon, SIGHUP reads it again instead of draining; a broken file keeps the one in use."""
+    lexicon = tmp_path / "lexicon.json"
+    lexicon.write_text('{"SQL": "sequel"}', encoding="utf-8")
+    log = tmp_path / "stderr.log"
+    server = serve("--lexicon", str(lexicon), "--log-level", "info", log=log)
+
+    def transcript() -> str:
+        body = {**speech(), "input": "I like SQL.", "stream_format": "sse"}
+        with httpx.stream("POST", server.url + "/v1/audio/speech", json=body, timeout=60) as resp:
+            events = [line for line in resp.iter_lines() if line.startswith("data: ")]
+        return str(json.loads(events[-1][6:])["transcript"])
+
+    assert transcript() == "I like sequel."
+    lexicon.write_text('{"SQL": "ess queue ell"}', encoding="utf-8")
+    server.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "reloaded its lexicon: 1 entries" in log.read_text(), 20)
+    assert transcript() == "I like ess queue ell."
+    lexicon.write_text("{broken", encoding="utf-8")
+    server.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "keeps the lexicon it had" in log.read_text(), 20)
+    assert transcript() == "I like ess queue ell."
+    assert httpx.get(server.url + "/health", timeout=5).json()["status"] == "ready" and server.proc.poll() is None
 
 
 def gone(pid: int) -> bool:
