@@ -237,6 +237,7 @@ class Engine:
     def _seq_for(self, p: Prepared) -> Seq:
         out = self._output(p.request.request_id, p.limit, len(p.segments) - 1, self._segment_ended(p))
         out.caps = p.caps
+        out.pauses = tuple(round(seconds * self.sample_rate) for seconds in p.pauses)
         out.stream.transcript = p.spoken
         out.stream.usage.input_tokens = p.input_tokens
         if (ref := p.prompt.reference) is not None:

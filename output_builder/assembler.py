@@ -39,6 +39,7 @@ class RequestOutput:
     on_cut: Callable[[RequestOutput], None] | None = None  # stops the Seq of a segment cut before its EOS (called
     # before `segment` moves on): the worker's own frame cap knows neither a loop nor a streamed text's cap
     context: np.ndarray | None = None  # [G, F] a cloned voice's reference frames: decoded first, heard never
+    pauses: tuple[int, ...] = ()  # samples of silence before each segment, then after the last ([pause:N])
     stream_id: int = field(default_factory=lambda: next(_stream_ids))  # names its codec state
     released: bool = False  # codec state dropped
     frames: int = 0  # frames accepted (EOS and later frames are not counted)
@@ -49,6 +50,7 @@ class RequestOutput:
     _in_segment: int = 0
     _pending: list[np.ndarray] = field(default_factory=list)
     _heard_ahead: int = 0  # pending frames already heard through a look-ahead decode
+    _silences: list[tuple[int, int]] = field(default_factory=list)  # (pending frames before it, samples) to splice
     waiting: bool = False  # its last frame used the last of its text so far: no frame comes until more text does
 
     def push(self, row: np.ndarray, segment: int = 0, held: bool = False) -> ChunkJob | None:
@@ -108,6 +110,7 @@ class RequestOutput:
         self.cut = self.cut or cut
         if cut is not None and self.on_cut is not None:
             self.on_cut(self)
+        self._pause(self.segment + 1)  # the silence after it: before the next segment, or at the end
         if self.segments_left == 0:
             return self._close(self.cut or FinishReason.EOS)
         self.segments_left -= 1
@@ -119,6 +122,11 @@ class RequestOutput:
             self.on_segment_end(self)
         return None
 
+    def _pause(self, index: int) -> None:
+        """Silence goes where the frames pending now end (the codec's state runs on across it, unaware)."""
+        if index < len(self.pauses) and self.pauses[index] > 0:
+            self._silences.append((len(self._pending), self.pauses[index]))
+
     def _close(self, reason: FinishReason) -> ChunkJob:
         self.closed = True
         return self._cut(reason)
@@ -126,14 +134,17 @@ class RequestOutput:
     def _cut(self, final: FinishReason | None) -> ChunkJob:
         codes = np.stack(self._pending, axis=1) if self._pending else None  # [G, N]
         size, ahead = self._target(), self._heard_ahead
-        self._pending, self._heard_ahead = [], 0
+        if self.chunks == 0 and self.pauses and self.pauses[0] > 0:  # the silence before the first segment
+            self._silences.insert(0, (0, self.pauses[0]))
+        silences = tuple(self._silences)
+        self._pending, self._heard_ahead, self._silences = [], 0, []
         self.chunks += 1
         context = 0
         if self.chunks == 1 and self.context is not None and codes is not None:  # in-context cloning: the codec
             context = self.context.shape[1]  # hears the reference first, as the official decode does
             codes = np.concatenate([self.context.astype(codes.dtype), codes], axis=1)
         return ChunkJob(self, codes, final, first=self.chunks == 1, context=context, size=context + size,
-                        ahead=ahead)
+                        ahead=ahead, silences=silences)
 
     def abandon(self) -> None:
         """Cancelled or failed: accept no more frames."""
@@ -168,6 +179,7 @@ class ChunkJob:
     size: int = 0  # frames the codec decodes: the chunk's full size (0: N)
     ahead: int = 0  # frames after `context` already heard through a look-ahead
     peek: bool = False  # a look-ahead: decoded on a copy of the codec state, which goes on unchanged
+    silences: tuple[tuple[int, int], ...] = ()  # (heard frames before it, samples of silence) spliced into its audio
 
     @property
     def frames(self) -> int:

@@ -95,6 +95,9 @@ class OutputPipeline:
             stream = job.out.stream
             if audio is not None:
                 stream.usage.frames += job.heard
+            if job.silences:
+                audio = with_silences(audio, job)
+            if audio is not None:
                 stream.put(audio)
             if job.final is not None:
                 self.decoder.release(job.out)
@@ -128,3 +131,18 @@ class OutputPipeline:
         self.decoder.release(out)
         self.outputs.pop(out.stream_id, None)
         self.waiting.pop(out.stream_id, None)
+
+
+def with_silences(audio: np.ndarray | None, job: ChunkJob) -> np.ndarray:
+    """`audio` ([S], the job's heard frames) with the job's silences spliced in where their frames end."""
+    pieces, at = [], 0
+    per_frame = audio.shape[-1] // job.heard if audio is not None and job.heard else 0
+    for frames, samples in job.silences:
+        end = frames * per_frame
+        if audio is not None:
+            pieces.append(audio[..., at:end])
+        pieces.append(np.zeros(samples, dtype=audio.dtype if audio is not None else np.int16))
+        at = end
+    if audio is not None:
+        pieces.append(audio[..., at:])
+    return np.concatenate(pieces)

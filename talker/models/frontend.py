@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from talker.models.catalog import OPENAI_VOICES, Voice, build_voices, voice_kind
 from talker.models.lexicon import Lexicon
+from talker.models.pauses import split_pauses, spoken_form
 from talker.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
 from talker.models.qwen3_tts.prompt import PromptIds, Reference, codec_prefix
 from talker.models.segmenter import split_text
@@ -47,6 +48,7 @@ class Prepared:
     limit: int | None  # frames of the whole response at most (the client's max_frames)
     input_tokens: int
     spoken: str  # the text as it is spoken: its transcript
+    pauses: tuple[float, ...] = ()  # seconds of silence before each segment, then after the last ([pause:N] tags)
 
     @property
     def prompt(self) -> PromptIds:
@@ -102,15 +104,19 @@ class Frontend:
                                param="input")
         s = self.settings(req)
         streaming = self.streaming_layout(req.text_layout)
-        spoken = self.spoken(text)
-        segments = tuple(s.prompt(self.tokenizer.assistant(piece), streaming) for piece in self.split(spoken, s))
+        parts, pauses = split_pauses(text)
+        parts = [self.spoken(part) for part in parts]
+        pieces = [self.split(part, s) for part in parts]  # each part's segments, then the silence after it
+        segments = tuple(s.prompt(self.tokenizer.assistant(piece), streaming) for group in pieces for piece in group)
+        silences = (*(before if i == 0 else 0.0 for group, before in zip(pieces, pauses, strict=False)
+                      for i in range(len(group))), pauses[-1])
         ref = len(s.reference.text_ids) if s.reference else 0
         for prompt in segments:  # the budget keeps every segment within both; a last line of defence
             if ref + len(prompt.text) + 1 > self.text_width or prompt.token_bound > self.max_prompt:
                 raise RequestError("input could not be split into pieces this model can speak", param="input")
         tokens = sum(len(p.text) for p in segments) + len(s.instruct or ())
         caps = tuple(min(s.max_frames, self.cap(len(p.text))) for p in segments)
-        return Prepared(req, segments, s.params, s.seed, caps, s.limit, tokens, spoken)
+        return Prepared(req, segments, s.params, s.seed, caps, s.limit, tokens, spoken_form(parts, pauses), silences)
 
     def spoken(self, text: str) -> str:
         """The text as it is spoken: respelled (the lexicon)."""
