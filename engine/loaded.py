@@ -19,7 +19,7 @@ from talker.models.frontend import Frontend, load_tokenizer
 from talker.models.hub import resolve
 from talker.models.lexicon import Lexicon
 from talker.models.loader import LoadedTalker, load_talker, resolve_dtype
-from talker.models.qwen3_tts.config import read_json
+from talker.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig, read_json
 from talker.request import VoiceKind
 from talker.sampler_native import SamplingKernel, load_sampling_kernel
 from talker.voices.process import VoiceProcess
@@ -65,6 +65,17 @@ def load(cfg: EngineConfig) -> Loaded:
     frontend = Frontend(talker.cfg, talker.generation, load_tokenizer(path), max_frames, cfg.tuning.text_width,
                         cfg.max_len - max_frames, frame_rate)
     frontend.lexicon = Lexicon.load(cfg.lexicon) if cfg.lexicon else None
+    frontend.detects = cfg.tuning.detect_language
+    if frontend.detects:
+        frontend.detector.detect("Warm up.")  # Lingua's models load now, not in a request on the event loop
     sampler = load_sampling_kernel() if native else None
     voices = VoiceProcess(path) if frontend.kind is VoiceKind.BASE else None
     return Loaded(path, talker, codec, process, frontend, device, sample_rate, sampler, threads, voices)
+
+
+def frontend_for(cfg: EngineConfig) -> Frontend:
+    """A checkpoint's request front-end alone, without its weights (benchmarks and tools)."""
+    path = ensure_tiny(cfg.cache_dir) if cfg.model == "tiny" else resolve(cfg.model, cfg.revision)
+    max_frames = min(cfg.max_frames, cfg.max_len // 2)
+    return Frontend(Qwen3TTSConfig.load(path), GenerationDefaults.load(path), load_tokenizer(path), max_frames,
+                    cfg.tuning.text_width, cfg.max_len - max_frames)

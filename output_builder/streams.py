@@ -40,6 +40,7 @@ class AudioStream:
         self.sample_rate = sample_rate
         self.usage = Usage(sample_rate=sample_rate)
         self.transcript: str | None = None  # the text as spoken (respelled), when it is known whole at the start
+        self.language: str | None = None  # the language it is spoken in (named, or detected), when known
         self.finish_reason: FinishReason | None = None
         self.error: BaseException | None = None
         self.created = time.monotonic()

@@ -141,7 +141,8 @@ class SpeechAudioDone(BaseModel):
     type: Literal["speech.audio.done"] = "speech.audio.done"
     status: Literal["completed", "incomplete"] = "completed"
     status_details: dict[str, Any] | None = None
-    transcript: str | None = None  # the text as spoken (respelled)
+    transcript: str | None = None  # the text as spoken (respelled, pauses as tags)
+    language: str | None = None  # the language it was spoken in: named, or detected (None: the model's choice)
     usage: SpeechUsage
 
 

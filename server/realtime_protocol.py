@@ -253,6 +253,7 @@ class RealtimeResponse(BaseModel):
     audio: AudioSection
     conversation_id: str
     usage: RealtimeUsage | None = None
+    metadata: dict[str, str] | None = None  # Talkstream's: the language it was spoken in (named, or detected)
 
 
 # Server events --------------------------------------------------------------------------------------------------

@@ -95,7 +95,8 @@ class ActiveResponse:
         return RealtimeResponse(
             id=self.id, status=status or ResponseStatus.IN_PROGRESS, status_details=details,
             output=[self.item(status)] if status else [], max_output_tokens=self.max_output_tokens, audio=audio,
-            conversation_id=self.conversation_id, usage=self.usage() if status else None)
+            conversation_id=self.conversation_id, usage=self.usage() if status else None,
+            metadata={"language": self.stream.language} if status and self.stream.language else None)
 
     def usage(self) -> RealtimeUsage:
         u = self.stream.usage

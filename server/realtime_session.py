@@ -307,14 +307,21 @@ class Session:
         fields: dict[str, Any] = {k: s.get(k) for k in names} | voice.fields(s.get("instructions"))
         fields["max_frames"] = None if limit == "inf" else limit
         engine, speed = self.engine, s.get("speed", 1.0)
+        request, prepared = None, None
+        if not streaming:
+            request = SpeechRequest(text=text, **fields)
+            try:
+                prepared = await engine.prepare(request)  # a long text off the event loop
+            except Exception as exc:
+                raise errors.from_exception(exc) from exc
         transcoder = Transcoder(AudioFormat.PCM, engine.sample_rate, None, speed)
         feed: SpeechInput | None = None
         try:
-            if streaming:
+            if request is None:
                 feed = engine.submit(StreamingSpeechRequest(text=text, **fields))
                 stream = feed.stream
             else:
-                stream = engine.submit(SpeechRequest(text=text, **fields))
+                stream = engine.submit(request, prepared)
         except Exception as exc:
             transcoder.close()
             raise errors.from_exception(exc) from exc

@@ -148,11 +148,9 @@ class Speech:
 
     def done(self) -> SpeechAudioDone:
         """The SSE stream's last event. A response cut by a limit is `incomplete` (as Realtime says it)."""
-        transcript = self.stream.transcript
-        if (details := incomplete(self.stream.finish_reason)) is not None:
-            return SpeechAudioDone(status="incomplete", status_details=details, transcript=transcript,
-                                   usage=self.usage())
-        return SpeechAudioDone(transcript=transcript, usage=self.usage())
+        details = incomplete(self.stream.finish_reason)
+        return SpeechAudioDone(status="incomplete" if details else "completed", status_details=details,
+                               transcript=self.stream.transcript, language=self.stream.language, usage=self.usage())
 
     def cancel(self) -> None:
         self.stream.cancel()
@@ -185,9 +183,10 @@ async def create_speech(body: SpeechBody, request: Request) -> Response:
     engine = state.engine_for(body.model)
     engine.check_admission()  # a 503 or 429 first: not after decoding or cloning a voice
     req, rate = speech_request(engine.sample_rate, body, fmt, await speech_voice(state, engine, body))
+    prepared = await engine.prepare(req)  # a long text off the event loop
     transcoder = Transcoder(fmt, engine.sample_rate, body.sample_rate, body.speed)
     try:
-        stream = engine.submit(req)
+        stream = engine.submit(req, prepared)
     except BaseException:
         transcoder.close()
         raise

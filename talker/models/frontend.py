@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
 from talker.models.catalog import OPENAI_VOICES, Voice, build_voices, voice_kind
+from talker.models.language import LanguageDetector
 from talker.models.lexicon import Lexicon
 from talker.models.pauses import split_pauses, spoken_form
 from talker.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
@@ -18,6 +20,7 @@ from talker.request import (
     RequestError,
     SamplingParams,
     SpeechRequest,
+    StreamingSpeechRequest,
     TextLayout,
     VoiceKind,
 )
@@ -49,6 +52,8 @@ class Prepared:
     input_tokens: int
     spoken: str  # the text as it is spoken: its transcript
     pauses: tuple[float, ...] = ()  # seconds of silence before each segment, then after the last ([pause:N] tags)
+    language: str | None = None  # the language it is spoken in: named, else detected (its first segment's)
+    detected: tuple[str | None, ...] | None = None  # each segment's detected language (None: named, or no detection)
 
     @property
     def prompt(self) -> PromptIds:
@@ -72,9 +77,17 @@ class Settings:
     limit: int | None
     speaker_vector: tuple[float, ...] | None = None  # a cloned voice
     reference: Reference | None = None  # in-context cloning
+    language: str | None = None  # the one named (None: auto)
+    by_language: dict[str, tuple[int, ...]] | None = None  # language left to detection: the prefix of each it may be
 
-    def prompt(self, text_ids: tuple[int, ...], streaming: bool) -> PromptIds:
-        return PromptIds(text_ids, self.instruct, self.prefix, streaming, self.speaker_vector, self.reference)
+    def prompt(self, text_ids: tuple[int, ...], streaming: bool, prefix: tuple[int, ...] | None = None) -> PromptIds:
+        return PromptIds(text_ids, self.instruct, prefix or self.prefix, streaming, self.speaker_vector,
+                         self.reference)
+
+    @property
+    def prefix_len(self) -> int:
+        """The longest codec prefix a segment's prompt may have (a detected language's adds one)."""
+        return max((len(p) for p in (self.by_language or {}).values()), default=len(self.prefix))
 
 
 class Frontend:
@@ -86,6 +99,7 @@ class Frontend:
         self.max_frames, self.text_width, self.max_prompt = max_frames, text_width, max_prompt
         self.frame_rate = frame_rate
         self.lexicon: Lexicon | None = None  # respellings (the engine's --lexicon; replaced whole on SIGHUP)
+        self.detects = True  # a text whose language is not named is spoken in the one detected (engine/tuning.py)
         self.cap_floor = round(CAP_FLOOR_S * frame_rate)
         self.kind = voice_kind(cfg)
         self.voices = build_voices(cfg)
@@ -107,7 +121,10 @@ class Frontend:
         parts, pauses = split_pauses(text)
         parts = [self.spoken(part) for part in parts]
         pieces = [self.split(part, s) for part in parts]  # each part's segments, then the silence after it
-        segments = tuple(s.prompt(self.tokenizer.assistant(piece), streaming) for group in pieces for piece in group)
+        languages = [self._detect(s, piece) for group in pieces for piece in group]
+        segments = tuple(s.prompt(self.tokenizer.assistant(piece), streaming, s.by_language.get(lang) if lang and
+                                  s.by_language else None)
+                         for piece, lang in zip((p for g in pieces for p in g), languages, strict=True))
         silences = (*(before if i == 0 else 0.0 for group, before in zip(pieces, pauses, strict=False)
                       for i in range(len(group))), pauses[-1])
         ref = len(s.reference.text_ids) if s.reference else 0
@@ -116,7 +133,16 @@ class Frontend:
                 raise RequestError("input could not be split into pieces this model can speak", param="input")
         tokens = sum(len(p.text) for p in segments) + len(s.instruct or ())
         caps = tuple(min(s.max_frames, self.cap(len(p.text))) for p in segments)
-        return Prepared(req, segments, s.params, s.seed, caps, s.limit, tokens, spoken_form(parts, pauses), silences)
+        return Prepared(req, segments, s.params, s.seed, caps, s.limit, tokens, spoken_form(parts, pauses), silences,
+                        s.language or languages[0], tuple(languages) if s.by_language else None)
+
+    def _detect(self, s: Settings, piece: str) -> str | None:
+        return self.detector.detect(piece) if s.by_language else None
+
+    @functools.cached_property
+    def detector(self) -> LanguageDetector:
+        """Built once (the engine builds it as it loads: Lingua's models take a second or two)."""
+        return LanguageDetector(self.cfg.languages)
 
     def spoken(self, text: str) -> str:
         """The text as it is spoken: respelled (the lexicon)."""
@@ -133,6 +159,11 @@ class Frontend:
         voice = None if req.clone is not None else self._voice(req.voice)
         speaker = voice.speaker if voice else None
         prefix = codec_prefix(self.cfg, req.language, speaker, vector=vector is not None)
+        named = req.language.lower() if req.language and req.language.lower() != "auto" else None
+        by_language = None
+        if named is None and self.detects and not isinstance(req, StreamingSpeechRequest) and self.detector.languages:
+            by_language = {lang: codec_prefix(self.cfg, lang, speaker, vector=vector is not None)
+                           for lang in self.detector.languages}
         description = voice.description if voice else None
         if req.design:  # a description that leaves no room is the voice's fault, not the request's instructions'
             self.check_design(req.design, "voice", len(prefix))
@@ -146,7 +177,7 @@ class Frontend:
         if not 0 <= seed < 2**63:
             raise RequestError("seed must be a non-negative 63-bit integer", param="seed")
         return Settings(prefix, instruct, params, seed & 0x7FFFFFFF, min(self.max_frames, limit or self.max_frames),
-                        limit, vector, reference)
+                        limit, vector, reference, named, by_language)
 
     def prepare_stream(self, req: SpeechRequest) -> Settings:
         """A request whose text arrives over time (its text is validated as it comes)."""
@@ -185,7 +216,7 @@ class Frontend:
         """Text tokens per segment: its speech fits max_frames, and its prompt fits the slot beside the rest."""
         ref = s.reference
         held = (len(ref.text_ids), len(ref.codes)) if ref else None
-        room, width = self._room(len(s.prefix), len(s.instruct or ()), held)
+        room, width = self._room(s.prefix_len, len(s.instruct or ()), held)
         if room < MIN_SEGMENT_TOKENS or (ref is not None and width < MIN_SEGMENT_TOKENS):
             raise self._no_room(len(s.instruct or ()), held)
         return max(1, min(self.max_frames // FRAMES_PER_TOKEN, width, room))

@@ -26,7 +26,7 @@ GREEDY_CV = {"model": CV, "voice": "ryan", "temperature": 0.0, "repetition_penal
 
 @pytest.fixture(scope="module")
 def two(server_config: EngineConfig) -> Iterator[LiveServer]:
-    cv = replace(server_config, model=str(OFFICIAL_TINY), max_frames=119, max_batch=4)
+    cv = replace(server_config, model=str(OFFICIAL_TINY), max_frames=119, max_batch=4).tuned(detect_language=False)
     server = start_server([server_config, cv])  # type: ignore[arg-type]
     yield server
     server.stop()

@@ -31,8 +31,10 @@ def ws(live: LiveServer) -> Iterator[ClientConnection]:
 
 
 def session(conn: ClientConnection, **settings: Any) -> ClientConnection:
+    """A streaming-text session in a named language: a whole text left to detection may be spoken in another
+    prompt than a streamed one (which has no text to detect from when it starts)."""
     assert recv(conn)["type"] == "session.created"
-    send(conn, "session.update", session={"text_streaming": True, **settings})
+    send(conn, "session.update", session={"text_streaming": True, "language": "english", **settings})
     updated = recv(conn)
     assert updated["type"] == "session.updated" and updated["session"]["text_streaming"] is True
     return conn

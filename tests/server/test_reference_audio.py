@@ -41,7 +41,8 @@ def reference() -> dict[str, np.ndarray]:
                 ids=["async-native", "sync-torch", "async-torch"])
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     mode, native = request.param
-    env = {"TALKSTREAM_MAX_FRAMES": str(FRAMES), "TALKSTREAM_TUNING": f"native_kernels={native}"}
+    # the official outputs were made with the language unset: it goes to the model unnamed, not detected
+    env = {"TALKSTREAM_MAX_FRAMES": str(FRAMES), "TALKSTREAM_TUNING": f"native_kernels={native},detect_language=0"}
     served = Served(tmp_path_factory.mktemp("cache"), "--model", str(OFFICIAL_TINY), "--output-mode", mode, env=env)
     yield served
     served.proc.terminate()

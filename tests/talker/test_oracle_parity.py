@@ -51,7 +51,9 @@ def codec(tiny_dir: Path) -> Qwen12HzCodec:
 
 def frontend_for(loaded: LoadedTalker, tiny_dir: Path, non_streaming_mode: bool) -> Frontend:
     gen = dataclasses.replace(loaded.generation, non_streaming_mode=non_streaming_mode)
-    return Frontend(loaded.cfg, gen, load_tokenizer(tiny_dir), 200, 256, 256)
+    frontend = Frontend(loaded.cfg, gen, load_tokenizer(tiny_dir), 200, 256, 256)
+    frontend.detects = False  # an "auto" case goes without a language, as the official package sends it
+    return frontend
 
 
 def request_for(case: Case, **sampling: float | int | None) -> SpeechRequest:

@@ -35,6 +35,7 @@ def greedy_codes(texts: list[str], frames: int, max_batch: int = 4, voices: list
     dev = torch.device("cpu")
     loaded = load_talker(FIXTURE, dev, torch.float32)
     frontend = Frontend(loaded.cfg, loaded.generation, load_tokenizer(FIXTURE), 500, 256, 512)
+    frontend.detects = False  # the official outputs were made with the language unset
     runner = Runner(loaded.model.talker, loaded.cfg, max_batch, 512, 256, dev, torch.float32)
     sched = Scheduler(max_batch, max_batch, 512)
     seqs = []

@@ -55,6 +55,7 @@ def test_fed_text_gives_the_whole_prompts_codes_and_waits_without_steps(
     loaded: LoadedTalker, tiny_dir: Path, chunks: list[int]  # noqa: F811
 ) -> None:
     frontend = Frontend(loaded.cfg, loaded.generation, load_tokenizer(tiny_dir), 200, 256, 256)
+    frontend.detects = False  # the whole text goes without a language, as a streamed one does
     request = SpeechRequest(text=TEXT, voice="aria", seed=3, text_layout=TextLayout.STREAMING)
     whole = frontend.prepare(request)
     settings = frontend.settings(request)
@@ -105,6 +106,7 @@ def test_a_starved_request_gives_its_slot_to_queued_work_and_resumes_bit_for_bit
     its slot's state in host memory); its text then brings it back, with two slots into the other one, and its
     codes are still those of the whole text."""
     frontend = Frontend(loaded.cfg, loaded.generation, load_tokenizer(tiny_dir), 200, 256, 256)
+    frontend.detects = False  # the whole text goes without a language, as a streamed one does
     request = SpeechRequest(text=TEXT, voice="aria", seed=3, text_layout=TextLayout.STREAMING)
     whole = frontend.prepare(request)
     settings = frontend.settings(request)
