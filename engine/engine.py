@@ -29,6 +29,7 @@ from talker.device import DeviceLayer
 from talker.models.frontend import Prepared, Voice
 from talker.models.hub import is_directory
 from talker.models.lexicon import Lexicon
+from talker.models.normalize import worth_normalizing
 from talker.models.text_stream import visible_chars
 from talker.request import (
     ClonePrompt,
@@ -166,8 +167,8 @@ class Engine:
         self.check_admission()
         assert self._loaded is not None
         frontend = self._loaded.frontend
-        if len(request.text) <= LONG_TEXT_CHARS:
-            return frontend.prepare(request)
+        if len(request.text) <= LONG_TEXT_CHARS and not (request.normalize and worth_normalizing(request.text)):
+            return frontend.prepare(request)  # (normalising takes 1-8 ms: WeTextProcessing, num2words)
         return await asyncio.to_thread(frontend.prepare, request)
 
     @overload  # the subclass first: mypy calls that overlap unsafe, since a SpeechRequest may be one

@@ -43,6 +43,7 @@ class Loaded:
 
 def load(cfg: EngineConfig) -> Loaded:
     """The checkpoint, its codec (here or in its process), tokenizer, kernels and thread plan."""
+    lexicon = Lexicon.load(cfg.lexicon) if cfg.lexicon else None  # a bad file stops the start before it began
     device = resolve_device(cfg.device)
     path = ensure_tiny(cfg.cache_dir) if cfg.model == "tiny" else resolve(cfg.model, cfg.revision)
     talker = load_talker(path, device, resolve_dtype(cfg.dtype, device), cfg.quantize, batches=cfg.max_batch > 1)
@@ -64,7 +65,7 @@ def load(cfg: EngineConfig) -> Loaded:
     max_frames = min(cfg.max_frames, cfg.max_len // 2)
     frontend = Frontend(talker.cfg, talker.generation, load_tokenizer(path), max_frames, cfg.tuning.text_width,
                         cfg.max_len - max_frames, frame_rate)
-    frontend.lexicon = Lexicon.load(cfg.lexicon) if cfg.lexicon else None
+    frontend.lexicon = lexicon
     frontend.detects = cfg.tuning.detect_language
     if frontend.detects:
         frontend.detector.detect("Warm up.")  # Lingua's models load now, not in a request on the event loop

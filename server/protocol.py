@@ -89,7 +89,10 @@ class SpeechBody(SamplingFields):
     voice: Name | VoiceRef | None = Field(default=None, description="A built-in voice's name, or a created voice's "
                                           "name or {\"id\": \"voice_...\"}; not needed with ref_audio")
     instructions: Text | None = Field(default=None, max_length=MAX_INPUT_CHARS)
-    language: Name | None = Field(default=None, description="auto (the default) or one of the model's languages")
+    language: Name | None = Field(default=None, description="auto (the default: detected) or one of the model's "
+                                  "languages")
+    normalize: bool = Field(default=True, description="Numbers and symbols read out as words in the text's "
+                            "language ($3.50, 7:30 pm, 42%); false sends the text as it is")
     response_format: ResponseFormat = "mp3"
     speed: float = Field(default=1.0, ge=0.25, le=4.0)
     stream_format: Literal["audio", "sse"] = "audio"

@@ -70,6 +70,7 @@ class OutputOptions(SamplingFields, _Open):
     max_output_tokens: Tokens | None = None
     max_response_output_tokens: Tokens | None = None
     text_layout: TextLayoutName | None = None  # Talkstream's: how the text is fed (the model's own when unset)
+    normalize: bool | None = None  # Talkstream's: numbers and symbols as words (on when unset)
 
     def settings(self) -> dict[str, Any]:
         """The fields set, in one spelling (the GA one wins where both are given)."""
@@ -77,6 +78,7 @@ class OutputOptions(SamplingFields, _Open):
         values = {
             "voice": _voice_name(out.voice or self.voice), "speed": out.speed or self.speed,
             "instructions": self.instructions, "language": self.language, "text_layout": self.text_layout,
+            "normalize": self.normalize,
             "max_output_tokens": self.max_output_tokens if self.max_output_tokens is not None
             else self.max_response_output_tokens,
             **{k: getattr(self, k) for k in SamplingFields.model_fields},
@@ -207,6 +209,7 @@ class RealtimeSession(SamplingFields):
     sample_rate: int = PCM_RATE
     text_streaming: bool = False
     text_layout: TextLayoutName | None = None
+    normalize: bool = True
 
 
 class ContentOut(BaseModel):

@@ -189,7 +189,7 @@ class Session:
                                max_output_tokens=s.get("max_output_tokens", "inf"), audio=audio,
                                language=s.get("language"), voice=s.get("voice"), sample_rate=engine.sample_rate,
                                text_streaming=bool(s.get("text_streaming")), text_layout=s.get("text_layout"),
-                               **sampling)
+                               normalize=s.get("normalize", True), **sampling)
 
     # Client events ------------------------------------------------------------------------------------
     async def handle(self, text: str | None) -> None:
@@ -305,6 +305,8 @@ class Session:
         limit = s.get("max_output_tokens", "inf")
         names = ("language", "seed", "temperature", "top_k", "top_p", "repetition_penalty", "text_layout")
         fields: dict[str, Any] = {k: s.get(k) for k in names} | voice.fields(s.get("instructions"))
+        if not streaming:  # a streamed text is spoken as it comes
+            fields["normalize"] = s.get("normalize", True)
         fields["max_frames"] = None if limit == "inf" else limit
         engine, speed = self.engine, s.get("speed", 1.0)
         request, prepared = None, None

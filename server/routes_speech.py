@@ -230,7 +230,8 @@ def speech_request(model_rate: int, body: SpeechBody, fmt: AudioFormat,
         rate = resolve_output_rate(fmt, model_rate, body.sample_rate)
     except ValueError as exc:
         raise errors.invalid(str(exc), "sample_rate", "invalid_value") from None
-    return SpeechRequest(text=body.input, language=body.language, **voice.fields(body.instructions),
+    return SpeechRequest(text=body.input, language=body.language, normalize=body.normalize,
+                         **voice.fields(body.instructions),
                          seed=body.seed, temperature=body.temperature,
                          top_k=body.top_k, top_p=body.top_p, repetition_penalty=body.repetition_penalty,
                          text_layout=None if body.text_layout is None else TextLayout(body.text_layout)), rate

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from talker.models.catalog import OPENAI_VOICES, Voice, build_voices, voice_kind
 from talker.models.language import LanguageDetector
 from talker.models.lexicon import Lexicon
+from talker.models.normalize import TextNormalizer
 from talker.models.pauses import split_pauses, spoken_form
 from talker.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
 from talker.models.qwen3_tts.prompt import PromptIds, Reference, codec_prefix
@@ -100,6 +101,7 @@ class Frontend:
         self.frame_rate = frame_rate
         self.lexicon: Lexicon | None = None  # respellings (the engine's --lexicon; replaced whole on SIGHUP)
         self.detects = True  # a text whose language is not named is spoken in the one detected (engine/tuning.py)
+        self.normalizer = TextNormalizer()
         self.cap_floor = round(CAP_FLOOR_S * frame_rate)
         self.kind = voice_kind(cfg)
         self.voices = build_voices(cfg)
@@ -119,7 +121,7 @@ class Frontend:
         s = self.settings(req)
         streaming = self.streaming_layout(req.text_layout)
         parts, pauses = split_pauses(text)
-        parts = [self.spoken(part) for part in parts]
+        parts = [self.spoken(part, s, req.normalize) for part in parts]
         pieces = [self.split(part, s) for part in parts]  # each part's segments, then the silence after it
         languages = [self._detect(s, piece) for group in pieces for piece in group]
         segments = tuple(s.prompt(self.tokenizer.assistant(piece), streaming, s.by_language.get(lang) if lang and
@@ -144,10 +146,15 @@ class Frontend:
         """Built once (the engine builds it as it loads: Lingua's models take a second or two)."""
         return LanguageDetector(self.cfg.languages)
 
-    def spoken(self, text: str) -> str:
-        """The text as it is spoken: respelled (the lexicon)."""
+    def spoken(self, text: str, s: Settings | None = None, normalize: bool = False) -> str:
+        """The text as it is spoken: respelled (the lexicon), then its numbers and symbols read out in its language
+        (named, else detected; `normalize`)."""
         lexicon = self.lexicon
-        return lexicon.apply(text) if lexicon is not None else text
+        text = lexicon.apply(text) if lexicon is not None else text
+        if normalize and s is not None:
+            language = s.language or (self.detector.detect(text) if s.by_language else None)
+            text = self.normalizer.normalize(text, language)
+        return text
 
     def cap(self, tokens: int) -> int:
         """The frames a segment whose prompt holds `tokens` text tokens may speak at most (see CAP_FLOOR_S)."""
