@@ -114,7 +114,8 @@ class Rules:
 
     def _words(self, value: Decimal | int, **kw: str) -> str:
         if isinstance(value, Decimal) and not kw and value == value.to_integral() and self.language in POINT:
-            zeros = " ".join([self._words(0)] * -value.as_tuple().exponent)  # "2.0": num2words says "two"
+            places = len(str(value).partition(".")[2])
+            zeros = " ".join([self._words(0)] * places)  # "2.0": num2words says "two"
             return f"{self._words(int(value))} {POINT[self.language]} {zeros}"
         return str(num2words(value, lang=self.code, **kw)).replace(",", "")
 
