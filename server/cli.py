@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import importlib
+import json
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -203,13 +205,18 @@ def say(args: argparse.Namespace) -> int:
     fmt = args.format or EXTENSIONS.get(args.output.suffix.lower())
     if fmt is None:
         raise ValueError(f"cannot tell the format from '{args.output.suffix}'; pass --format")
-    source = _local(args, fmt) if args.local else _remote(args, fmt)
+    said: dict[str, Any] = {}  # how it ended: the transcript (the text as read out), the language, the status
+    source = _local(args, fmt, said) if args.local else _remote(args, fmt, said)
     with args.output.open("wb") as f, tqdm(unit="B", unit_scale=True, desc=args.output.name) as bar:
         asyncio.run(_write(source, f, bar, fmt))
     if fmt == "wav":
         _patch_wav_sizes(args.output)
     elif fmt == "flac":
         _patch_flac_length(args.output)
+    language = f" ({said['language']})" if said.get("language") else ""
+    print(f"said{language}: {said.get('transcript') or args.text}", file=sys.stderr)
+    if (details := said.get("status_details")) is not None:
+        print(f"incomplete: {details.get('reason')}", file=sys.stderr)
     return 0
 
 
@@ -223,24 +230,33 @@ async def _write(source: AsyncIterator[bytes], f: BinaryIO, bar: Any, fmt: str) 
             bar.set_postfix(audio=f"{total / PCM_BYTES_PER_S:.1f}s")
 
 
-async def _remote(args: argparse.Namespace, fmt: str) -> AsyncIterator[bytes]:
+async def _remote(args: argparse.Namespace, fmt: str, said: dict[str, Any]) -> AsyncIterator[bytes]:
+    """The audio over SSE: its events carry the audio, then how it ended (`said`)."""
     import httpx
 
     key = args.api_key or api_key_from_env()
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     body = {"model": "tts-1", "input": args.text, "voice": args.voice, "response_format": fmt, "speed": args.speed,
-            "seed": args.seed, "instructions": args.instructions}
+            "seed": args.seed, "instructions": args.instructions, "stream_format": "sse"}
     body = {k: v for k, v in body.items() if v is not None}
     async with (httpx.AsyncClient(base_url=args.url, timeout=httpx.Timeout(30.0, read=120.0)) as client,
                 client.stream("POST", "/v1/audio/speech", json=body, headers=headers) as resp):
         if resp.status_code != 200:
             await resp.aread()
             raise OSError(f"the server answered {resp.status_code}: {resp.text}")
-        async for data in resp.aiter_bytes():
-            yield data
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line[6:])
+            if event["type"] == "speech.audio.delta":
+                yield base64.b64decode(event["audio"])
+            elif event["type"] == "speech.audio.done":
+                said.update(event)
+            else:
+                raise OSError(f"the speech failed: {event.get('error', {}).get('message', event)}")
 
 
-async def _local(args: argparse.Namespace, fmt: str) -> AsyncIterator[bytes]:
+async def _local(args: argparse.Namespace, fmt: str, said: dict[str, Any]) -> AsyncIterator[bytes]:
     from engine import Engine, SpeechRequest
     from server.transcode import AudioFormat, Transcoder
 
@@ -253,6 +269,7 @@ async def _local(args: argparse.Namespace, fmt: str) -> AsyncIterator[bytes]:
         async for pcm in stream:
             yield await asyncio.to_thread(transcoder.encode, pcm)
         yield transcoder.flush()
+        said.update(transcript=stream.transcript, language=stream.language)
     finally:
         transcoder.close()
         await engine.stop()

@@ -1,6 +1,7 @@
 // The page: lists the server's models and voices, sends the speech request as a streamed fetch (so Stop can abort
-// it, and the API key can go in a header) and hands the body to a sink from audio.js chunk by chunk. What it
-// measured is shown under "Playback" and kept in #result's data attributes (state, format, bytes, samples,
+// it, and the API key can go in a header) of server-sent events, and hands each event's audio to a sink from
+// audio.js; the last event says how the text was read out (its transcript, its language), shown under the status.
+// What it measured is shown under "Playback" and kept in #result's data attributes (state, format, bytes, samples,
 // ttfaMs), which tests/server/test_web_page.py reads.
 import { FORMATS, Output, makeSink, playbackOf } from "./audio.js";
 import { Waveform } from "./waveform.js";
@@ -95,7 +96,7 @@ function fill(select, groups) {
 function requestBody(format) {
   const body = {
     model: $("model").value, input: $("text").value, voice: $("voice").value, response_format: format,
-    speed: Number($("speed").value),
+    speed: Number($("speed").value), stream_format: "sse",
   };
   const seed = $("seed");
   if (seed.validity.badInput) throw new Error("Seed: a whole number, or empty for a random one");
@@ -133,14 +134,43 @@ async function speak() {
 }
 
 async function receive(current, reader) {
+  const text = new TextDecoder();
+  let pending = "";
   for (;;) {
     const { done, value } = await reader.read();
     if (done) return;
-    current.parts.push(value);
-    current.bytes += value.length;
-    current.sink.push(value);
-    report(current);
+    pending += text.decode(value, { stream: true }).replaceAll("\r\n", "\n");
+    let end;
+    while ((end = pending.indexOf("\n\n")) >= 0) { // one event per blank line
+      const lines = pending.slice(0, end).split("\n");
+      pending = pending.slice(end + 2);
+      for (const line of lines) if (line.startsWith("data: ")) take(current, JSON.parse(line.slice(6)));
+    }
   }
+}
+
+function take(current, event) {
+  if (event.type === "speech.audio.delta") {
+    const audio = Uint8Array.from(atob(event.audio), (c) => c.charCodeAt(0));
+    current.parts.push(audio);
+    current.bytes += audio.length;
+    current.sink.push(audio);
+    report(current);
+  } else if (event.type === "speech.audio.done") {
+    showTranscript(event);
+  } else if (event.type === "error") {
+    throw new Error(event.error?.message || "the speech failed");
+  }
+}
+
+// How the text was read out: numbers as words, respellings, pauses as tags; and in which language.
+function showTranscript(done) {
+  const said = $("transcript");
+  const cut = done.status === "incomplete" ? ` (cut short: ${done.status_details?.reason})` : "";
+  said.textContent = `Read out${done.language ? ` in ${done.language}` : ""}: ${done.transcript ?? ""}${cut}`;
+  said.dataset.transcript = done.transcript ?? "";
+  said.dataset.language = done.language ?? "";
+  said.hidden = false;
 }
 
 // Stop: abort the fetch (the server sees the connection close and frees the request) and silence what is queued.
@@ -156,6 +186,7 @@ function stop(say = true) {
 function begin(current) {
   clearError();
   $("download").hidden = true;
+  $("transcript").hidden = true;
   Object.assign(result.dataset, { format: current.format, bytes: "0", samples: "", ttfaMs: "" });
   for (const [id, text] of [["stat-ttfa", "–"], ["stat-samples", "–"], ["stat-seconds", "–"], ["stat-bytes", "0"]]) {
     $(id).textContent = text;

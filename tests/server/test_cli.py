@@ -38,6 +38,19 @@ def test_say_writes_a_flac_that_states_its_length(live: LiveServer, tmp_path: Pa
     assert rate == 24000 and data.ndim == 1 and data.size == len(pcm.content) // 2 > 0
 
 
+def test_say_prints_the_text_as_it_was_read_out(live: LiveServer, tmp_path: Path, tiny_cache: Path,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    text = "The weather is lovely, and it is 42% off today."
+    assert cli.main(["say", text, "-o", str(tmp_path / "x.wav"), "--url", live.url]) == 0
+    said = "said (english): The weather is lovely, and it is forty-two percent off today."
+    assert said in capsys.readouterr().err
+    monkeypatch.setenv("TALKSTREAM_CACHE_DIR", str(tiny_cache))
+    monkeypatch.setenv("TALKSTREAM_TUNING", "warmup=0")
+    assert cli.main(["say", text, "-o", str(tmp_path / "y.wav"), "--local", "--device", "cpu"]) == 0
+    assert said in capsys.readouterr().err
+
+
 def test_say_format_from_extension(live: LiveServer, tmp_path: Path) -> None:
     out = tmp_path / "hello.mp3"
     assert cli.main(["say", "Hello again.", "-o", str(out), "--url", live.url, "--voice", "ben"]) == 0

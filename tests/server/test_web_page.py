@@ -226,6 +226,18 @@ def test_compressed_formats_play_and_get_every_byte(page: Page, live: LiveServer
     expect(page.locator("#error")).to_be_hidden()
 
 
+def test_the_page_shows_how_the_text_was_read_out(page: Page, live: LiveServer) -> None:
+    open_page(page, live.url + "/")
+    body = choose(page, text="The weather is lovely, and it is 42% off today.")
+    expected = len(direct(live, {**body, "response_format": "pcm"})) // 2
+    page.get_by_role("button", name="Speak").click()
+    said = page.locator("#transcript")
+    expect(said).to_have_text("Read out in english: The weather is lovely, and it is forty-two percent off today.")
+    expect(said).to_have_attribute("data-language", "english")
+    expect(result(page)).to_have_attribute("data-state", re.compile("received|done"))
+    assert figure(page, "samples") == expected  # the events' audio is the plain stream's
+
+
 def test_stop_cancels_and_the_server_frees_the_request(page: Page, live: LiveServer) -> None:
     open_page(page, live.url + "/")
     choose(page, text=LONG_TEXT)
