@@ -17,9 +17,10 @@ def test_it_prints_the_front_ends_costs(tiny_cache: Path, monkeypatch: pytest.Mo
     assert cli.main(["bench", "text-front", "--repeat", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     texts = out["texts"]
-    assert set(texts) == {"english_short", "chinese_short", "english_4096", "mixed_4096"}
+    assert set(texts) == {"english_short", "chinese_short", "english_numbers", "chinese_numbers", "english_4096",
+                          "mixed_4096"}
     assert texts["english_short"]["detected"] == ["english"] and texts["chinese_short"]["detected"] == ["chinese"]
     assert {"english", "chinese"} <= set(texts["mixed_4096"]["detected"])
     for r in texts.values():
         assert r["segments"] >= 1 and all(r[k] > 0 for k in ("prepare_detected_us", "prepare_named_us",
-                                                             "lexicon_1000_us", "pause_tags_us"))
+                                                             "lexicon_1000_us", "pause_tags_us", "normalize_us"))
