@@ -36,7 +36,8 @@ from talker.request import (
 from talker.scheduler import SeqStatus
 
 TEXT = "Hi there, it's 42."
-SETTINGS = [{"seed": 5}, {"seed": 6, "temperature": 0.0}]  # seeded sampling, and greedy
+SETTINGS = [{"seed": 5, "language": "english"}, {"seed": 6, "temperature": 0.0, "language": "english"}]  # seeded
+# sampling, and greedy; the language named, as a streamed text has nothing to detect it from
 # characters that draw nothing by themselves: zero-width space and joiner, BOM, a tag letter, the Hangul filler, the
 # Braille blank, a combining accent alone, a variation selector, a direction mark, NUL, BEL
 INVISIBLE = ["\u200b", "\u2060", "\ufeff", "\U000e0041", "\u3164", "\u2800", "\u0301", "\ufe0f", "\u200e", "\x00",
@@ -71,8 +72,10 @@ async def caught_up(engine: Engine, handle: SpeechInput) -> None:
 
 
 async def whole(engine: Engine, text: str, **settings: Any) -> bytes:
-    """The same text sent at once, in the streaming layout."""
-    return await collect(engine.submit(SpeechRequest(text=text, text_layout=TextLayout.STREAMING, **settings)))
+    """The same text sent at once, in the streaming layout, as a streamed text is read: as it is (not normalised),
+    in the language named (none detected)."""
+    request = SpeechRequest(text=text, text_layout=TextLayout.STREAMING, normalize=False, **settings)
+    return await collect(engine.submit(request))
 
 
 async def streamed(engine: Engine, pieces: list[str], wait: list[bool], others: list[bool] | None = None,
