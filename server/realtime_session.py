@@ -309,11 +309,11 @@ class Session:
             fields["normalize"] = s.get("normalize", True)
         fields["max_frames"] = None if limit == "inf" else limit
         engine, speed = self.engine, s.get("speed", 1.0)
-        request, prepared = None, None
+        request = None
         if not streaming:
             request = SpeechRequest(text=text, **fields)
             try:
-                prepared = await engine.prepare(request)  # a long text off the event loop
+                await engine.prepare(request)  # off the event loop where it takes milliseconds; `submit` takes it
             except Exception as exc:
                 raise errors.from_exception(exc) from exc
         transcoder = Transcoder(AudioFormat.PCM, engine.sample_rate, None, speed)
@@ -323,7 +323,7 @@ class Session:
                 feed = engine.submit(StreamingSpeechRequest(text=text, **fields))
                 stream = feed.stream
             else:
-                stream = engine.submit(request, prepared)
+                stream = engine.submit(request)
         except Exception as exc:
             transcoder.close()
             raise errors.from_exception(exc) from exc

@@ -183,10 +183,10 @@ async def create_speech(body: SpeechBody, request: Request) -> Response:
     engine = state.engine_for(body.model)
     engine.check_admission()  # a 503 or 429 first: not after decoding or cloning a voice
     req, rate = speech_request(engine.sample_rate, body, fmt, await speech_voice(state, engine, body))
-    prepared = await engine.prepare(req)  # a long text off the event loop
+    await engine.prepare(req)  # off the event loop where it takes milliseconds; `submit` takes what it made
     transcoder = Transcoder(fmt, engine.sample_rate, body.sample_rate, body.speed)
     try:
-        stream = engine.submit(req, prepared)
+        stream = engine.submit(req)
     except BaseException:
         transcoder.close()
         raise

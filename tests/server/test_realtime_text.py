@@ -31,10 +31,12 @@ def ws(live: LiveServer) -> Iterator[ClientConnection]:
 
 
 def session(conn: ClientConnection, **settings: Any) -> ClientConnection:
-    """A streaming-text session in a named language: a whole text left to detection may be spoken in another
-    prompt than a streamed one (which has no text to detect from when it starts)."""
+    """A streaming-text session in a named language, its whole texts not normalised: a whole text left to detection
+    may be spoken in another prompt than a streamed one (which has no text to detect from when it starts), and a
+    streamed text is spoken as it comes (its "3" is not read out as "three")."""
     assert recv(conn)["type"] == "session.created"
-    send(conn, "session.update", session={"text_streaming": True, "language": "english", **settings})
+    send(conn, "session.update", session={"text_streaming": True, "language": "english", "normalize": False,
+                                          **settings})
     updated = recv(conn)
     assert updated["type"] == "session.updated" and updated["session"]["text_streaming"] is True
     return conn
