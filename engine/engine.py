@@ -17,6 +17,7 @@ from engine.cloning import CloneKind, Cloning
 from engine.config import EngineConfig, OutputMode
 from engine.loaded import Loaded, load
 from engine.text_input import HEAD, SpeechInput
+from engine.watchdog import drop_idle_readers, end_overdue_texts, watch
 from output_builder.assembler import RequestOutput
 from output_builder.bridge import AsyncBridge
 from output_builder.chunk_decoder import ChunkDecoder, InProcessCodec
@@ -38,7 +39,6 @@ from talker.request import (
     EngineState,
     FinishReason,
     RequestError,
-    RequestFailedError,
     SpeechRequest,
     StreamingSpeechRequest,
     VoiceKind,
@@ -49,7 +49,6 @@ from talker.worker import Abort, Pause, Stop, Submit, TalkerWorker
 
 log = logging.getLogger("talkstream.engine")
 LONG_TEXT_CHARS = 128  # `prepare` works off the event loop on a longer text (a shorter one takes under a millisecond)
-WATCHDOG_PERIOD_S = 0.5
 NO_LIMIT = 1 << 62  # frames: a response the client set no limit for
 
 
@@ -111,7 +110,7 @@ class Engine:
                                    knobs.prefill_midstep and loaded.device.type == "cpu")
         self._bridge.start()
         self.worker.start()
-        self._watchdog = self._loop.create_task(self._watch_readers(), name="reader-watchdog")
+        self._watchdog = self._loop.create_task(watch(self._check), name="reader-watchdog")
         self.state = EngineState.READY
         if cfg.tuning.warmup:
             await self._warmup()
@@ -365,38 +364,14 @@ class Engine:
         for out in list(self._outputs.values()):
             self.pipeline.fail_output(out, EngineDeadError(f"the engine is dead: {self.dead_reason}"))
 
-    async def _watch_readers(self) -> None:
-        while True:
-            await asyncio.sleep(WATCHDOG_PERIOD_S)
-            try:
-                self._check_readers(time.monotonic())
-                self._check_writers(time.monotonic())
-                self._check_workers()
-            except Exception:  # the watchdog must outlive any bug in what it checks
-                log.exception("engine watchdog check failed")
-
-    def _check_readers(self, now: float) -> None:
-        timeout = self.config.reader_timeout_s
-        for out in list(self._outputs.values()):
-            if out.stream.idle_for(now) > timeout:
-                log.warning("dropping request %s: its reader was idle for %.0f s", out.request_id, timeout)
-                self._fail(out, RequestFailedError("the client stopped reading audio", code="reader_timeout"))
-
-    def _check_writers(self, now: float) -> None:
-        """A text that is quiet, too slow or too old (`SpeechInput.overdue`) ends as if its writer had finished it."""
-        for rid, handle in list(self._inputs.items()):
-            if handle.finished or handle.stream.done:
-                del self._inputs[rid]
-            elif (why := handle.overdue(now, self.config.text_timeout_s)) is not None:
-                log.warning("request %s: its text %s; ending it", rid, why.value)
-                del self._inputs[rid]
-                handle.time_out(why)
-
-    def _check_workers(self) -> None:
+    def _check(self, now: float) -> None:
+        """The watchdog's rounds (engine/watchdog.py)."""
+        drop_idle_readers(self._outputs, self.config.reader_timeout_s, now, self._fail)
+        end_overdue_texts(self._inputs, self.config.text_timeout_s, now)
         if self.state not in (EngineState.READY, EngineState.DRAINING):
             return
         if isinstance(self._bridge, SyncBridge):
-            self._bridge.check_decode(time.monotonic())
+            self._bridge.check_decode(now)
         if self.worker is not None and not self.worker.alive:
             self._mark_dead(RuntimeError("the talker worker thread exited"))
         process = self._loaded.codec_process if self._loaded else None

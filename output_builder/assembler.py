@@ -82,10 +82,6 @@ class RequestOutput:
         """The current segment's frames at most."""
         return self.caps[self.segment] if self.segment < len(self.caps) else self.segment_frames
 
-    @property
-    def truncated(self) -> bool:
-        return self.cut is not None
-
     def _target(self) -> int:
         return chunk_target(self.first_chunk, self.chunk, self.chunks)
 

@@ -146,12 +146,12 @@ class Frontend:
         """Built once (the engine builds it as it loads: Lingua's models take a second or two)."""
         return LanguageDetector(self.cfg.languages)
 
-    def spoken(self, text: str, s: Settings | None = None, normalize: bool = False) -> str:
-        """The text as it is spoken: respelled (the lexicon), then its numbers and symbols read out in its language
-        (named, else detected; `normalize`)."""
+    def spoken(self, text: str, s: Settings, normalize: bool) -> str:
+        """The text as it is spoken: respelled (the lexicon), then, if `normalize`, its numbers and symbols read out
+        in its language (named, else detected)."""
         lexicon = self.lexicon
         text = lexicon.apply(text) if lexicon is not None else text
-        if normalize and s is not None:
+        if normalize:
             language = s.language or (self.detector.detect(text) if s.by_language else None)
             text = self.normalizer.normalize(text, language)
         return text
