@@ -21,6 +21,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.text_input import SpeechInput
+from engine.watchdog import end_overdue_texts
 from output_builder.streams import AudioStream
 from talker.request import (
     MAX_TEXT_S,
@@ -279,7 +280,8 @@ async def test_empty_and_blank_appends_do_not_keep_a_text_open(engine: Engine) -
         handle.append(piece)
     assert handle.last_append == quiet
     assert handle.text == "Words, then nothing but \n\t " + "".join(INVISIBLE) + "\u200b"
-    engine._check_writers(quiet + engine.config.text_timeout_s + 0.001)  # the watchdog, a moment past the timeout
+    timeout = engine.config.text_timeout_s
+    end_overdue_texts(engine._inputs, timeout, quiet + timeout + 0.001)  # the watchdog, a moment past the timeout
     assert handle.timed_out is TextEnd.QUIET and handle.finished
     await collect(handle.stream)
     assert handle.stream.finish_reason is FinishReason.EOS
@@ -331,12 +333,13 @@ async def test_a_trickle_ends_below_the_rate_floor_and_any_text_at_its_lifetime(
     for handle, age in [(slow, 2 * timeout), (fast, 2 * timeout), (old, MAX_TEXT_S - 1)]:
         handle.opened = handle.last_append - age
         handle.on_timeout = ended.append
-    engine._check_writers(max(h.last_append for h in (slow, fast, old)))  # not quiet: each just had a piece
+    end_overdue_texts(engine._inputs, timeout, max(h.last_append for h in (slow, fast, old)))  # not quiet: each
+    # just had a piece
     assert slow.visible < MIN_TEXT_RATE * 2 * timeout <= fast.visible
     assert ended == [TextEnd.SLOW] and slow.timed_out is TextEnd.SLOW and slow.finished
     assert not fast.timed_out and not old.timed_out  # fast enough, and young enough
     old.opened = old.last_append - MAX_TEXT_S - 1
-    engine._check_writers(old.last_append)
+    end_overdue_texts(engine._inputs, timeout, old.last_append)
     assert ended == [TextEnd.SLOW, TextEnd.EXPIRED] and old.timed_out is TextEnd.EXPIRED and old.finished
     assert await collect(slow.stream) and slow.stream.finish_reason is FinishReason.EOS
     assert slow.stream.usage.frames == text_tokens(slow) + 1  # all of it was spoken, then its end
