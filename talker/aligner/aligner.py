@@ -1,0 +1,73 @@
+"""The forced aligner as a whole: clips and their transcripts in, each word's start and end out.
+
+1. Each clip to 16 kHz and log-mel features (`audio`), each transcript to words (`words`).
+2. The prompt: `<|audio_start|>`, one `<|audio_pad|>` per audio token, `<|audio_end|>`, then each word followed by
+   two `<timestamp>` tokens (the words tokenized as one text, as the official processor does).
+3. The audio encoder per clip (as the official package runs it), one decoder pass for all clips at once (left-padded).
+4. Each word's two classes × 80 ms, repaired into order (`words.repair`), in seconds rounded to 3 decimals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import AutoTokenizer
+
+from talker.aligner.audio import Features, to_16k
+from talker.aligner.model import ForcedAligner, audio_tokens
+from talker.aligner.words import repair, split_words
+
+STAMPS = "<timestamp><timestamp>"
+
+
+@dataclass(frozen=True, slots=True)
+class Clip:
+    pcm: np.ndarray  # [S] int16 or float mono
+    rate: int
+    text: str  # the transcript
+    language: str | None = None  # its language's name (e.g. "english"): picks the word splitter
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    word: str
+    start: float  # seconds from the clip's start
+    end: float
+
+
+class Aligner:
+    def __init__(self, directory: Path) -> None:
+        self.model = ForcedAligner.load(directory)
+        self.features = Features(directory)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(directory))
+        self.cfg = self.model.cfg
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        return self.cfg.languages
+
+    def align(self, clips: list[Clip]) -> list[list[Word]]:
+        """Each clip's words with their times (a clip with no words: none)."""
+        wordlists = [split_words(c.text, c.language) for c in clips]
+        todo = [i for i, words in enumerate(wordlists) if words]
+        out: list[list[Word]] = [[] for _ in clips]
+        if not todo:
+            return out
+        audio, ids = [], []
+        for i in todo:
+            feats = self.features(to_16k(clips[i].pcm, clips[i].rate))  # [M, F]
+            with torch.inference_mode():
+                audio.append(self.model.audio_tower(torch.from_numpy(feats).float()))  # [T, H]
+            ids.append(self.prompt(wordlists[i], audio_tokens(feats.shape[1])))
+        for i, classes in zip(todo, self.model.classes(ids, audio), strict=True):
+            ms = repair((classes.double() * self.cfg.segment_ms).tolist())
+            out[i] = [Word(w, round(ms[2 * k] / 1000, 3), round(ms[2 * k + 1] / 1000, 3))
+                      for k, w in enumerate(wordlists[i])]
+        return out
+
+    def prompt(self, words: list[str], tokens: int) -> list[int]:
+        text: list[int] = self.tokenizer(STAMPS.join(words) + STAMPS, add_special_tokens=False)["input_ids"]
+        return [self.cfg.audio_start, *[self.cfg.audio_pad] * tokens, self.cfg.audio_end, *text]

@@ -1,0 +1,113 @@
+"""The aligner's words: a transcript cut into the units it times, and the repair of the times it predicts.
+
+Both follow the official `qwen-asr` package (`Qwen3ForceAlignProcessor`), whose outputs the tests compare against:
+
+- Whitespace-separated tokens lose every character that is not a letter, a digit or an apostrophe (so "3.14" is
+  "314" and "co-op" "coop": punctuation inside a token is deleted, not split on); each CJK ideograph is a word of
+  its own. Japanese is cut by nagisa's tagger, where it is installed; Korean by whitespace (the official package
+  scores Korean splits with a dictionary it ships, which this project does not carry).
+- The model predicts one time class per `<timestamp>` slot, two per word (start, end), not always in order. The
+  longest non-decreasing run of slots is kept; a gap of one or two slots takes its nearer kept neighbour (the left
+  one on a tie), a longer gap is filled on the straight line between its neighbours; times are whole milliseconds,
+  truncated.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+
+# CJK Unified Ideographs and extensions A-E, and the compatibility ideographs
+_CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
+        (0x2B820, 0x2CEAF), (0xF900, 0xFAFF))
+
+
+def is_cjk(ch: str) -> bool:
+    code = ord(ch)
+    return any(lo <= code <= hi for lo, hi in _CJK)
+
+
+def _kept(ch: str) -> bool:
+    return ch == "'" or unicodedata.category(ch)[0] in "LN"
+
+
+def _clean(token: str) -> str:
+    return "".join(ch for ch in token if _kept(ch))
+
+
+def split_words(text: str, language: str | None) -> list[str]:
+    """The units the aligner times, in order."""
+    if (language or "").lower() == "japanese":
+        return _japanese(text)
+    words: list[str] = []
+    for token in text.split():
+        run = ""
+        for ch in _clean(token):
+            if is_cjk(ch):
+                if run:
+                    words.append(run)
+                words.append(ch)
+                run = ""
+            else:
+                run += ch
+        if run:
+            words.append(run)
+    return words
+
+
+def _japanese(text: str) -> list[str]:
+    try:
+        import nagisa  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:  # no tagger: a Japanese text is cut as a CJK one
+        return split_words(text, None)
+    return [w for w in (_clean(word) for word in nagisa.tagging(text).words) if w]
+
+
+def repair(times: Sequence[float]) -> list[int]:
+    """Predicted times (ms, two per word) → a non-decreasing sequence of whole milliseconds."""
+    n = len(times)
+    if n == 0:
+        return []
+    kept = _longest_run(times)
+    out = list(times)
+    i = 0
+    while i < n:
+        if kept[i]:
+            i += 1
+            continue
+        j = i
+        while j < n and not kept[j]:
+            j += 1
+        left = next((out[k] for k in range(i - 1, -1, -1) if kept[k]), None)
+        right = next((times[k] for k in range(j, n) if kept[k]), None)
+        for k in range(i, j):
+            out[k] = _fill(k, i, j, left, right)
+        i = j
+    return [int(t) for t in out]
+
+
+def _fill(k: int, i: int, j: int, left: float | None, right: float | None) -> float:
+    """Slot k of the gap [i, j) between kept times `left` (slot i-1) and `right` (slot j)."""
+    if left is None or right is None:
+        value = left if right is None else right
+        return value if value is not None else 0.0
+    if j - i <= 2:
+        return left if k - i + 1 <= j - k else right
+    return left + (right - left) / (j - i + 1) * (k - i + 1)
+
+
+def _longest_run(times: Sequence[float]) -> list[bool]:
+    """Marks the slots of the longest non-decreasing subsequence (the first found, as the official O(n²) search
+    finds it: each slot extends the earliest predecessor that gives it its best length)."""
+    n = len(times)
+    best, parent = [1] * n, [-1] * n
+    for i in range(1, n):
+        for j in range(i):
+            if times[j] <= times[i] and best[j] + 1 > best[i]:
+                best[i], parent[i] = best[j] + 1, j
+    kept = [False] * n
+    k = best.index(max(best))
+    while k != -1:
+        kept[k] = True
+        k = parent[k]
+    return kept

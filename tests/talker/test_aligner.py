@@ -1,0 +1,94 @@
+"""The forced aligner (talker/aligner/) against the official qwen-asr package's outputs for its tiny checkpoint:
+the fixture's own four cases and five more (tests/fixtures/aligner_reference.json), alone and in one batch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+
+from talker.aligner.aligner import Aligner, Clip
+from talker.aligner.model import audio_tokens
+from talker.aligner.words import repair, split_words
+from talker.models.qwen3_tts.config import CheckpointError
+from tests.talker.aligner_clips import CASES, clip
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+OFFICIAL = FIXTURES / "official"
+CHECKPOINT = OFFICIAL / "qwen3-forced-aligner-tiny-official"
+
+
+def _read(path: Path) -> tuple:
+    return sf.read(path, dtype="int16")
+
+
+def _cases() -> list[tuple[str, Clip, list[tuple[str, float, float]]]]:
+    out = []
+    for i, case in enumerate(json.loads((CHECKPOINT / "reference.json").read_text())["cases"]):
+        pcm, rate = _read(CHECKPOINT / case["audio"])
+        words = [(w["word"], w["start_time"], w["end_time"]) for w in case["words"]]
+        out.append((f"fixture-{i + 1}", Clip(pcm, rate, case["text"], case["language"]), words))
+    for case in json.loads((FIXTURES / "aligner_reference.json").read_text())["cases"]:
+        assert CASES[case["name"]]["text"] == case["text"], "aligner_clips.py changed: rerun the oracle script"
+        pcm, rate = clip(case, _read, OFFICIAL)
+        words = [(w["word"], w["start_time"], w["end_time"]) for w in case["words"]]
+        out.append((case["name"], Clip(pcm, rate, case["text"], case["language"]), words))
+    return out
+
+
+CASE_LIST = _cases()
+
+
+@pytest.fixture(scope="module")
+def aligner() -> Aligner:
+    return Aligner(CHECKPOINT)
+
+
+def _words(result: list) -> list[tuple[str, float, float]]:
+    return [(w.word, w.start, w.end) for w in result]
+
+
+@pytest.mark.bitexact
+@pytest.mark.parametrize("name", [c[0] for c in CASE_LIST])
+def test_each_case_gives_the_official_words_and_times(aligner: Aligner, name: str) -> None:
+    _, one, want = next(c for c in CASE_LIST if c[0] == name)
+    assert _words(aligner.align([one])[0]) == want
+
+
+@pytest.mark.bitexact
+def test_a_batch_gives_what_each_clip_gives_alone(aligner: Aligner) -> None:
+    clips = [c[1] for c in CASE_LIST]
+    empty = Clip(clips[0].pcm, clips[0].rate, "— !?", "English")  # nothing to time
+    got = aligner.align([*clips, empty])
+    assert [_words(g) for g in got] == [c[2] for c in CASE_LIST] + [[]]
+
+
+def test_the_prompt_is_the_official_one(aligner: Aligner) -> None:
+    for case in json.loads((CHECKPOINT / "reference.json").read_text())["cases"]:
+        ids = aligner.prompt([w["word"] for w in case["words"]], 1)  # the audio run shown as one id
+        assert ids == case["input_ids_one_audio_pad"]
+        assert audio_tokens(case["n_mel_frames"]) == case["n_audio_tokens"]
+
+
+def test_the_repair_of_out_of_order_times_is_the_official_one() -> None:
+    for case in json.loads((CHECKPOINT / "reference.json").read_text())["cases"]:
+        assert repair(case["raw_timestamps_ms"]) == case["fixed_timestamps_ms"]
+    assert repair([]) == []
+    assert repair([5.0, 1.0, 2.0, 3.0]) == [1, 1, 2, 3]  # a lone first outlier takes its right neighbour
+    assert repair([0.0, 9.0, 1.0, 1.0, 12.0]) == [0, 0, 1, 1, 12]  # one slot between: its nearer, left on a tie
+    assert repair([0.0, 50.0, 40.0, 30.0, 4.0, 5.0, 6.0, 8.0]) == [0, 1, 2, 3, 4, 5, 6, 8]  # three: a straight line
+
+
+def test_words_are_cut_as_the_official_splitter_cuts_them() -> None:
+    assert split_words("Don't stop: it's 3.14, OK?", "english") == ["Don't", "stop", "it's", "314", "OK"]
+    assert split_words("nai\u0308ve—co-op 你好世界!", None) == ["naivecoop", "你", "好", "世", "界"]
+    assert split_words("hello中文world", "chinese") == ["hello", "中", "文", "world"]
+    assert split_words("  ... — !", "english") == []
+
+
+def test_a_checkpoint_that_is_not_an_aligner_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_tts"}))
+    with pytest.raises(CheckpointError, match="not a Qwen3-ForcedAligner"):
+        Aligner(tmp_path)
