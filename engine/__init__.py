@@ -34,12 +34,12 @@ from talker.request import (
 if TYPE_CHECKING:
     from engine.engine import Engine
     from engine.text_input import SpeechInput
-    from output_builder.streams import AudioStream, Usage
+    from output_builder.streams import AudioStream, Timestamps, Usage
     from talker.children import die_with_parent, spawn
     from talker.snapshot import StepTiming
 
 _LAZY = {"Engine": "engine.engine", "SpeechInput": "engine.text_input", "AudioStream": "output_builder.streams",
-         "Usage": "output_builder.streams", "StepTiming": "talker.snapshot",
+         "Usage": "output_builder.streams", "Timestamps": "output_builder.streams", "StepTiming": "talker.snapshot",
          # for a child process of the server's own: it dies with the server (talker/children.py)
          "die_with_parent": "talker.children", "spawn": "talker.children"}
 
@@ -47,8 +47,8 @@ __all__ = [
     "MAX_INPUT_CHARS", "MAX_TEXT_S", "MIN_TEXT_RATE", "AudioStream", "ClonePrompt", "Engine", "EngineBusyError",
     "EngineConfig", "EngineDeadError", "EngineState", "FinishReason", "OutputMode", "RequestError",
     "RequestFailedError", "SamplingParams", "SpeechInput", "SpeechRequest", "StepTiming", "StreamingSpeechRequest",
-    "TextEnd", "TextLayout", "Usage", "VoiceKind", "api_key_from_env", "default_cache_dir", "die_with_parent",
-    "resolve_checkpoint", "spawn",
+    "TextEnd", "TextLayout", "Timestamps", "Usage", "VoiceKind", "api_key_from_env", "default_cache_dir",
+    "die_with_parent", "resolve_checkpoint", "spawn",
 ]
 
 

@@ -13,6 +13,7 @@ from typing import overload
 import numpy as np
 import torch
 
+from engine.aligning import Alignment, check_timestamps
 from engine.cloning import CloneKind, Cloning
 from engine.config import EngineConfig, OutputMode
 from engine.loaded import Loaded, load
@@ -69,6 +70,7 @@ class Engine:
         self._bridge: AsyncBridge | SyncBridge | None = None
         self._codec_pool: ThreadPoolExecutor | None = None
         self._cloning: Cloning | None = None  # Base checkpoints
+        self._alignment: Alignment | None = None  # --aligner
         self._watchdog: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -80,6 +82,9 @@ class Engine:
         self._loaded = loaded = await asyncio.to_thread(load, self.config)
         if loaded.voice_encoder is not None:
             self._cloning = Cloning(loaded.voice_encoder, cfg.max_queue)
+        if loaded.aligner is not None:
+            self._alignment = Alignment(loaded.aligner, loaded.sample_rate)
+            await self._alignment.start()
         # a thread per codec lane (AsyncBridge)
         self._codec_pool = ThreadPoolExecutor(2, "codec-worker", initializer=torch.set_num_threads,
                                               initargs=(loaded.threads.codec,))
@@ -156,6 +161,8 @@ class Engine:
             self._codec_pool.shutdown(wait=self.state is not EngineState.DEAD)
         if self._cloning is not None:
             await self._cloning.close()  # a clone being encoded ends first
+        if self._alignment is not None:
+            await self._alignment.close()
         if self._loaded is not None and self._loaded.codec_process is not None:
             await asyncio.to_thread(self._loaded.codec_process.stop)
         self.state = EngineState.STOPPED if self.state is not EngineState.DEAD else EngineState.DEAD
@@ -166,6 +173,7 @@ class Engine:
         event loop for a long text or one with something to read out, where they take milliseconds (20 for 4,096
         characters; 10 for a Chinese sentence's numbers). The next `submit` of the request takes it as it is."""
         self.check_admission()
+        check_timestamps(request, self._alignment)
         assert self._loaded is not None
         frontend = self._loaded.frontend
         if len(request.text) <= LONG_TEXT_CHARS and not (request.normalize and worth_normalizing(request.text)):
@@ -196,6 +204,8 @@ class Engine:
         assert self._loaded is not None and self.worker is not None
         if any(isinstance(r, StreamingSpeechRequest) for r in requests):
             raise RequestError("a request whose text arrives over time is submitted on its own", param="text")
+        for r in requests:
+            check_timestamps(r, self._alignment)
         prepared = [p if p is not None and p.request is r else self._loaded.frontend.prepare(r)
                     for p, r in zip(ahead, requests, strict=True)]
         self._check_ids([r.request_id for r in requests])
@@ -210,6 +220,7 @@ class Engine:
     def _submit_streaming(self, request: StreamingSpeechRequest) -> SpeechInput:
         blank = not visible_chars(request.text)  # admitted at its first visible character (`admit`)
         self.check_admission(0 if blank else 1)
+        check_timestamps(request, self._alignment)
         assert self._loaded is not None and self.worker is not None
         frontend, worker, rid = self._loaded.frontend, self.worker, request.request_id
         s = frontend.prepare_stream(request)
@@ -262,6 +273,8 @@ class Engine:
             log.info("request %s: language detected per segment: %s", out.request_id,
                      ", ".join(lang or "unsure (the model's default)" for lang in p.detected))
         out.stream.usage.input_tokens = p.input_tokens
+        if p.request.timestamps and self._alignment is not None:
+            out.timer = self._alignment.timer(out.stream, p.texts, p.detected or (p.language,) * len(p.texts))
         if (ref := p.prompt.reference) is not None:
             out.context = np.array(ref.codes, dtype=np.int64).T  # [G, F]
         return Seq(out.request_id, p.prompt, p.params, p.seed, min(p.max_frames, out.max_frames), out.stream_id)

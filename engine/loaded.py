@@ -1,5 +1,5 @@
 """What an engine loads at start: the Talker checkpoint, its codec (in this process or its own), the tokenizer and
-frontend, the CPU kernels and the thread plan, and for Base checkpoints the voice encoder."""
+frontend, the CPU kernels and the thread plan, for Base checkpoints the voice encoder, and the aligner if asked."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from engine.tiny import ensure_tiny
 from output_builder.codec_process import CodecProcess
 from output_builder.codecs.native import load_native
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
+from talker.aligner.model import checked as aligner_files
+from talker.aligner.process import AlignerProcess
 from talker.device import Threads, resolve_device, thread_plan, usable_cores
 from talker.models.frontend import Frontend, load_tokenizer
 from talker.models.hub import resolve
@@ -39,6 +41,7 @@ class Loaded:
     sampler: SamplingKernel | None  # the CPU sampling kernel, when native kernels are on and build here
     threads: Threads
     voice_encoder: VoiceProcess | None  # Base checkpoints: reference recordings → clone prompts
+    aligner: AlignerProcess | None = None  # --aligner: word timestamps
 
 
 def load(cfg: EngineConfig) -> Loaded:
@@ -71,7 +74,8 @@ def load(cfg: EngineConfig) -> Loaded:
         frontend.detector.detect("Warm up.")  # Lingua's models load now, not in a request on the event loop
     sampler = load_sampling_kernel() if native else None
     voices = VoiceProcess(path) if frontend.kind is VoiceKind.BASE else None
-    return Loaded(path, talker, codec, process, frontend, device, sample_rate, sampler, threads, voices)
+    aligner = AlignerProcess(resolve(cfg.aligner, check=aligner_files), usable_cores()) if cfg.aligner else None
+    return Loaded(path, talker, codec, process, frontend, device, sample_rate, sampler, threads, voices, aligner)
 
 
 def frontend_for(cfg: EngineConfig) -> Frontend:

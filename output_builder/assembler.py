@@ -11,6 +11,7 @@ import numpy as np
 
 from output_builder.repetition import RepeatWatch
 from output_builder.streams import AudioStream
+from output_builder.timing import WordTimer
 from talker.request import FinishReason
 
 _stream_ids = itertools.count(1)
@@ -51,6 +52,8 @@ class RequestOutput:
     _pending: list[np.ndarray] = field(default_factory=list)
     _heard_ahead: int = 0  # pending frames already heard through a look-ahead decode
     _silences: list[tuple[int, int]] = field(default_factory=list)  # (pending frames before it, samples) to splice
+    _ends: list[int] = field(default_factory=list)  # pending frames before each segment's end
+    timer: WordTimer | None = None  # cuts each segment's audio for its word timestamps (those who asked)
     waiting: bool = False  # its last frame used the last of its text so far: no frame comes until more text does
 
     def push(self, row: np.ndarray, segment: int = 0, held: bool = False) -> ChunkJob | None:
@@ -106,6 +109,7 @@ class RequestOutput:
         self.cut = self.cut or cut
         if cut is not None and self.on_cut is not None:
             self.on_cut(self)
+        self._ends.append(len(self._pending))
         self._pause(self.segment + 1)  # the silence after it: before the next segment, or at the end
         if self.segments_left == 0:
             return self._close(self.cut or FinishReason.EOS)
@@ -132,15 +136,15 @@ class RequestOutput:
         size, ahead = self._target(), self._heard_ahead
         if self.chunks == 0 and self.pauses and self.pauses[0] > 0:  # the silence before the first segment
             self._silences.insert(0, (0, self.pauses[0]))
-        silences = tuple(self._silences)
-        self._pending, self._heard_ahead, self._silences = [], 0, []
+        silences, ends = tuple(self._silences), tuple(self._ends)
+        self._pending, self._heard_ahead, self._silences, self._ends = [], 0, [], []
         self.chunks += 1
         context = 0
         if self.chunks == 1 and self.context is not None and codes is not None:  # in-context cloning: the codec
             context = self.context.shape[1]  # hears the reference first, as the official decode does
             codes = np.concatenate([self.context.astype(codes.dtype), codes], axis=1)
         return ChunkJob(self, codes, final, first=self.chunks == 1, context=context, size=context + size,
-                        ahead=ahead, silences=silences)
+                        ahead=ahead, silences=silences, ends=ends)
 
     def abandon(self) -> None:
         """Cancelled or failed: accept no more frames."""
@@ -176,6 +180,7 @@ class ChunkJob:
     ahead: int = 0  # frames after `context` already heard through a look-ahead
     peek: bool = False  # a look-ahead: decoded on a copy of the codec state, which goes on unchanged
     silences: tuple[tuple[int, int], ...] = ()  # (heard frames before it, samples of silence) spliced into its audio
+    ends: tuple[int, ...] = ()  # heard frames before each segment's end in it
 
     @property
     def frames(self) -> int:

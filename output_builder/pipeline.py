@@ -95,6 +95,8 @@ class OutputPipeline:
             stream = job.out.stream
             if audio is not None:
                 stream.usage.frames += job.heard
+            if job.out.timer is not None:
+                job.out.timer.feed(audio, job.heard, job.ends, job.silences, job.final is not None)
             if job.silences:
                 audio = with_silences(audio, job)
             if audio is not None:

@@ -2,14 +2,19 @@
 
 A stream buffers PCM ahead of its reader. Past `max_ahead_s` it asks the engine to pause its request; once the
 reader drains half of that, it asks to resume. Lives on the event loop.
+
+A request that asked for word timestamps also gets each segment's `Timestamps` in the same queue, after that
+segment's audio; its stream ends only once every segment's have come (`expect_words`), unless it is cancelled or
+fails. Readers of audio alone (`async for`) never see them; `events()` gives both.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +32,18 @@ class Usage:
     @property
     def audio_seconds(self) -> float:
         return self.samples / self.sample_rate
+
+
+@dataclass(frozen=True, slots=True)
+class Timestamps:
+    """One segment's words and when they are heard: seconds from the start of the response's audio."""
+
+    segment: int
+    text: str  # the segment's text as spoken
+    start: float  # the segment's audio: its first sample's time
+    end: float  # and its last's end
+    words: tuple[tuple[str, float, float], ...]  # (word, start, end)
+    error: str | None = None  # the aligner failed on this segment (its words are then missing)
 
 
 class AudioStream:
@@ -47,7 +64,9 @@ class AudioStream:
         self.first_audio_at: float | None = None
         self.plays_until = 0.0  # monotonic time at which a client playing since its first audio runs out
         self.last_read = self.created
-        self._chunks: deque[np.ndarray] = deque()
+        self._chunks: deque[np.ndarray | Timestamps] = deque()
+        self._words_due = 0  # segments whose timestamps are still being made
+        self._ending: tuple[FinishReason, BaseException | None] | None = None  # a finish waiting for them
         self._buffered = 0
         self._high = int(max_ahead_s * sample_rate)
         self._paused = False
@@ -74,8 +93,23 @@ class AudioStream:
     def finish(self, reason: FinishReason, error: BaseException | None = None) -> None:
         if self.finish_reason is not None:
             return
+        if self._words_due and reason not in (FinishReason.CANCELLED, FinishReason.ERROR):
+            self._ending = (reason, error)  # the last segments' timestamps come first
+            return
         self.finish_reason, self.error = reason, error
         self._wakeup.set()
+
+    def expect_words(self) -> None:
+        """A segment's timestamps are being made: the stream does not end before they come (`put_words`)."""
+        self._words_due += 1
+
+    def put_words(self, words: Timestamps) -> None:
+        self._words_due -= 1
+        if self.finish_reason is None:
+            self._chunks.append(words)
+            self._wakeup.set()
+        if not self._words_due and self._ending is not None:
+            self.finish(*self._ending)
 
     @property
     def done(self) -> bool:
@@ -106,6 +140,17 @@ class AudioStream:
         return self
 
     async def __anext__(self) -> np.ndarray:
+        while isinstance(item := await self._next(), Timestamps):
+            pass
+        return item
+
+    async def events(self) -> AsyncIterator[np.ndarray | Timestamps]:
+        """The audio and, in their place after it, each segment's timestamps."""
+        with contextlib.suppress(StopAsyncIteration):
+            while True:
+                yield await self._next()
+
+    async def _next(self) -> np.ndarray | Timestamps:
         while not self._chunks:
             if self.finish_reason is not None:
                 if self.error is not None and self.finish_reason is FinishReason.ERROR:
@@ -114,6 +159,8 @@ class AudioStream:
             self._wakeup.clear()
             await self._wakeup.wait()
         pcm = self._chunks.popleft()
+        if isinstance(pcm, Timestamps):
+            return pcm
         self._buffered -= pcm.size
         self.last_read = time.monotonic()
         if self._paused and self._buffered <= self._high // 2:
@@ -124,4 +171,4 @@ class AudioStream:
 
     def idle_for(self, now: float) -> float:
         """Seconds the reader has left buffered audio unread (0 when nothing waits)."""
-        return now - self.last_read if self._chunks else 0.0
+        return now - self.last_read if self._buffered else 0.0

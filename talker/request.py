@@ -158,6 +158,7 @@ class SpeechRequest:
     max_frames: int | None = None  # the whole response's frames at most (a limit the client set)
     text_layout: TextLayout | None = None  # None: the official default of the checkpoint's kind
     normalize: bool = True  # numbers and symbols as words, in the text's language (talker/models/normalize.py)
+    timestamps: bool = False  # each segment's words timed by the engine's aligner (engine/aligning.py)
     clone: ClonePrompt | None = None  # a cloned voice (Base checkpoints), instead of `voice`
     request_id: str = field(default_factory=lambda: f"req-{next(_ids)}")
 

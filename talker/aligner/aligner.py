@@ -9,33 +9,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from transformers import AutoTokenizer
 
 from talker.aligner.audio import Features, to_16k
 from talker.aligner.model import ForcedAligner, audio_tokens
-from talker.aligner.words import repair, split_words
+from talker.aligner.words import Clip, Word, repair, split_words
 
 STAMPS = "<timestamp><timestamp>"
-
-
-@dataclass(frozen=True, slots=True)
-class Clip:
-    pcm: np.ndarray  # [S] int16 or float mono
-    rate: int
-    text: str  # the transcript
-    language: str | None = None  # its language's name (e.g. "english"): picks the word splitter
-
-
-@dataclass(frozen=True, slots=True)
-class Word:
-    word: str
-    start: float  # seconds from the clip's start
-    end: float
 
 
 class Aligner:

@@ -79,6 +79,17 @@ class AlignerConfig:
             raise CheckpointError(f"malformed aligner config in {directory}: {exc!r}") from exc
 
 
+def checked(directory: Path) -> Path:
+    """`directory` if it holds a forced aligner's files; else an error that says which are missing."""
+    names = ("config.json", "preprocessor_config.json", "vocab.json", "merges.txt")
+    missing = [name for name in names if not (directory / name).is_file()]
+    if not any(directory.glob("model*.safetensors")):
+        missing.append("model.safetensors")
+    if missing:
+        raise CheckpointError(f"{directory} is not a Qwen3-ForcedAligner checkpoint: missing {', '.join(missing)}")
+    return directory
+
+
 def audio_tokens(frames: int) -> int:
     """Audio tokens of a clip of `frames` mel frames (13 per full chunk; a partial chunk's through 3 halvings)."""
     tail = frames % CHUNK

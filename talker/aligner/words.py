@@ -16,6 +16,25 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class Clip:
+    pcm: np.ndarray  # [S] int16 or float mono
+    rate: int
+    text: str  # the transcript
+    language: str | None = None  # its language's name (e.g. "english"): picks the word splitter
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    word: str
+    start: float  # seconds from the clip's start
+    end: float
+
 
 # CJK Unified Ideographs and extensions A-E, and the compatibility ideographs
 _CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),

@@ -55,6 +55,7 @@ class Prepared:
     pauses: tuple[float, ...] = ()  # seconds of silence before each segment, then after the last ([pause:N] tags)
     language: str | None = None  # the language it is spoken in: named, else detected (its first segment's)
     detected: tuple[str | None, ...] | None = None  # each segment's detected language (None: named, or no detection)
+    texts: tuple[str, ...] = ()  # each segment's text as it is spoken
 
     @property
     def prompt(self) -> PromptIds:
@@ -136,7 +137,8 @@ class Frontend:
         tokens = sum(len(p.text) for p in segments) + len(s.instruct or ())
         caps = tuple(min(s.max_frames, self.cap(len(p.text))) for p in segments)
         return Prepared(req, segments, s.params, s.seed, caps, s.limit, tokens, spoken_form(parts, pauses), silences,
-                        s.language or languages[0], tuple(languages) if s.by_language else None)
+                        s.language or languages[0], tuple(languages) if s.by_language else None,
+                        tuple(p for group in pieces for p in group))
 
     def _detect(self, s: Settings, piece: str) -> str | None:
         return self.detector.detect(piece) if s.by_language else None

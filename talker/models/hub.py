@@ -9,6 +9,7 @@ revision.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from talker.models.qwen3_tts.config import CheckpointError
@@ -21,14 +22,17 @@ def is_directory(model: str) -> bool:
     return Path(model).expanduser().is_dir()
 
 
-def resolve(model: str, revision: str | None = None, *, refresh: bool = False) -> Path:
+def resolve(model: str, revision: str | None = None, *, refresh: bool = False,
+            check: Callable[[Path], Path] | None = None) -> Path:
     """The checkpoint directory of `model`: itself if it is a directory, else the cached (or, when not cached or
-    `refresh`, downloaded) snapshot of the Hub repository it names. Raises CheckpointError with a one-line reason."""
+    `refresh`, downloaded) snapshot of the Hub repository it names. Raises CheckpointError with a one-line reason.
+    `check` says whether a directory holds the checkpoint wanted (default: a Qwen3-TTS one's files)."""
+    check = check or checked
     if is_directory(model):
-        return checked(Path(model).expanduser())
+        return check(Path(model).expanduser())
     if not _REPO_ID.match(model) or ".." in model:
         raise CheckpointError(f"model '{model}' is neither a checkpoint directory nor a Hugging Face Hub repository id")
-    return checked(_download(model, revision) if refresh else _cached(model, revision))
+    return check(_download(model, revision) if refresh else _cached(model, revision))
 
 
 def _cached(repo: str, revision: str | None) -> Path:

@@ -1,0 +1,72 @@
+"""The aligner process: a child that runs the forced aligner (talker/aligner/aligner.py) at the lowest CPU priority,
+so that it only takes what the Talker and the codec leave (the parent's side is talker/model_process.py's).
+
+Down the pipe: ("languages",) (loads the checkpoint: the engine asks at start), ("align", clips), or None to stop.
+Back: ("ok", value) or ("failed", text)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from talker.aligner.words import Clip
+from talker.children import die_with_parent
+from talker.model_process import ModelProcess
+
+ALIGNER_NICE = 19
+# An alignment call's budget: a batch of clips of up to a minute's audio; the 0.6B aligner times ~10 s of audio in
+# about a second on 2 CPU cores. Past it the child is taken to be hung: it is killed, and the next call starts another.
+CALL_TIMEOUT_S = 120.0
+
+Timed = list[tuple[str, float, float]]  # a clip's (word, start, end), seconds from its start
+
+
+class AlignerProcess(ModelProcess):
+    module, what, code = "talker.aligner.process", "aligner", "aligner"
+
+    def __init__(self, directory: Path, threads: int, timeout_s: float = CALL_TIMEOUT_S) -> None:
+        super().__init__(directory, timeout_s, (str(threads),))
+
+    def languages(self) -> tuple[str, ...]:
+        """The checkpoint's languages; starts the child and loads the checkpoint (RequestFailedError if it cannot)."""
+        names: tuple[str, ...] = self._call(("languages",))
+        return names
+
+    def align(self, clips: list[Clip]) -> list[Timed]:
+        timed: list[Timed] = self._call(("align", clips))
+        return timed
+
+
+def _serve(conn: Connection, directory: Path, threads: int) -> None:
+    import torch
+
+    from talker.aligner.aligner import Aligner
+    from talker.device import lower_priority
+
+    torch.set_num_threads(threads)
+    lower_priority(ALIGNER_NICE)
+    try:
+        aligner: Aligner | None = Aligner(directory)
+        problem = ""
+    except Exception as exc:
+        aligner, problem = None, f"{type(exc).__name__}: {exc}"
+    while (message := conn.recv()) is not None:
+        if aligner is None:
+            conn.send(("failed", problem))
+            continue
+        try:
+            if message[0] == "languages":
+                conn.send(("ok", aligner.languages))
+            else:
+                words = aligner.align(message[1])
+                conn.send(("ok", [[(w.word, w.start, w.end) for w in clip] for clip in words]))
+        except Exception as exc:
+            conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+
+
+if __name__ == "__main__":
+    die_with_parent(int(sys.argv[3]))
+    with contextlib.suppress(EOFError, OSError):  # the parent is gone
+        _serve(Connection(int(sys.argv[1])), Path(sys.argv[2]), int(sys.argv[4]))
