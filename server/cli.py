@@ -74,6 +74,9 @@ def parser() -> argparse.ArgumentParser:
     say.add_argument("--instructions", default=None)
     say.add_argument("--api-key", default=None)
     say.add_argument("--local", action="store_true", help="run an in-process engine instead of calling a server")
+    say.add_argument("--timestamps", action="store_true",
+                     help="print each word's start and end (seconds, tab-separated) on stdout; the server (or "
+                          "--local with --aligner) needs an aligner")
     _engine_flags(say)
     cli_voices.add_parser(sub)
 
@@ -114,13 +117,17 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lexicon", type=Path, default=None, metavar="FILE",
                    help="respellings: a JSON object of word → spelling the model says right, applied to whole words "
                         "(case-insensitive) before a text is spoken; SIGHUP reloads it (default TALKSTREAM_LEXICON)")
+    p.add_argument("--aligner", default=None, metavar="MODEL",
+                   help="a Qwen3-ForcedAligner checkpoint (directory or Hub id, e.g. Qwen/Qwen3-ForcedAligner-0.6B): "
+                        "word timestamps for requests that ask (default TALKSTREAM_ALIGNER)")
 
 
 def engine_configs(args: argparse.Namespace) -> list[EngineConfig]:
     """One engine config per --model (one for the default model when none is given)."""
     return [EngineConfig.from_env(model=model, revision=args.revision, device=args.device,
                                   output_mode=args.output_mode, quantize=args.quantize, max_batch=args.max_batch,
-                                  max_queue=args.max_queue, compile=args.compile, lexicon=args.lexicon)
+                                  max_queue=args.max_queue, compile=args.compile, lexicon=args.lexicon,
+                                  aligner=args.aligner)
             for model in args.model or [None]]
 
 
@@ -205,7 +212,8 @@ def say(args: argparse.Namespace) -> int:
     fmt = args.format or EXTENSIONS.get(args.output.suffix.lower())
     if fmt is None:
         raise ValueError(f"cannot tell the format from '{args.output.suffix}'; pass --format")
-    said: dict[str, Any] = {}  # how it ended: the transcript (the text as read out), the language, the status
+    said: dict[str, Any] = {"words": []}  # how it ended: the transcript (the text as read out), the language, the
+    # status; and the words' times
     source = _local(args, fmt, said) if args.local else _remote(args, fmt, said)
     with args.output.open("wb") as f, tqdm(unit="B", unit_scale=True, desc=args.output.name) as bar:
         asyncio.run(_write(source, f, bar, fmt))
@@ -217,6 +225,8 @@ def say(args: argparse.Namespace) -> int:
     print(f"said{language}: {said.get('transcript') or args.text}", file=sys.stderr)
     if (details := said.get("status_details")) is not None:
         print(f"incomplete: {details.get('reason')}", file=sys.stderr)
+    for word in said["words"]:
+        print(f"{word['start']:.3f}\t{word['end']:.3f}\t{word['word']}")
     return 0
 
 
@@ -237,7 +247,8 @@ async def _remote(args: argparse.Namespace, fmt: str, said: dict[str, Any]) -> A
     key = args.api_key or api_key_from_env()
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     body = {"model": "tts-1", "input": args.text, "voice": args.voice, "response_format": fmt, "speed": args.speed,
-            "seed": args.seed, "instructions": args.instructions, "stream_format": "sse"}
+            "seed": args.seed, "instructions": args.instructions, "stream_format": "sse",
+            "timestamps": "word" if args.timestamps else None}
     body = {k: v for k, v in body.items() if v is not None}
     async with (httpx.AsyncClient(base_url=args.url, timeout=httpx.Timeout(30.0, read=120.0)) as client,
                 client.stream("POST", "/v1/audio/speech", json=body, headers=headers) as resp):
@@ -250,6 +261,8 @@ async def _remote(args: argparse.Namespace, fmt: str, said: dict[str, Any]) -> A
             event = json.loads(line[6:])
             if event["type"] == "speech.audio.delta":
                 yield base64.b64decode(event["audio"])
+            elif event["type"] == "speech.audio.timestamps":
+                said["words"] += event["words"]
             elif event["type"] == "speech.audio.done":
                 said.update(event)
             else:
@@ -257,7 +270,7 @@ async def _remote(args: argparse.Namespace, fmt: str, said: dict[str, Any]) -> A
 
 
 async def _local(args: argparse.Namespace, fmt: str, said: dict[str, Any]) -> AsyncIterator[bytes]:
-    from engine import Engine, SpeechRequest
+    from engine import Engine, SpeechRequest, Timestamps
     from server.transcode import AudioFormat, Transcoder
 
     engine = Engine(engine_config(args))
@@ -265,9 +278,12 @@ async def _local(args: argparse.Namespace, fmt: str, said: dict[str, Any]) -> As
     transcoder = Transcoder(AudioFormat(fmt), engine.sample_rate, None, args.speed)
     try:
         stream = engine.submit(SpeechRequest(text=args.text, voice=args.voice, seed=args.seed,
-                                             instructions=args.instructions))
-        async for pcm in stream:
-            yield await asyncio.to_thread(transcoder.encode, pcm)
+                                             instructions=args.instructions, timestamps=args.timestamps))
+        async for item in stream.events():
+            if isinstance(item, Timestamps):
+                said["words"] += [{"word": w, "start": a / args.speed, "end": b / args.speed} for w, a, b in item.words]
+            else:
+                yield await asyncio.to_thread(transcoder.encode, item)
         yield transcoder.flush()
         said.update(transcript=stream.transcript, language=stream.language)
     finally:

@@ -105,6 +105,9 @@ class SpeechBody(SamplingFields):
     ref_text: Text | None = Field(default=None, min_length=1, max_length=MAX_INPUT_CHARS,
                                   description="ref_audio's words (in-context cloning; without them the voice is cloned "
                                   "from its x-vector alone)")
+    timestamps: Literal["word"] | None = Field(
+        default=None, description="word: each sentence's words with their times, as speech.audio.timestamps events "
+        "(stream_format=sse; the server needs --aligner)")
 
     @property
     def voice_name(self) -> str | None:
@@ -147,6 +150,24 @@ class SpeechAudioDone(BaseModel):
     transcript: str | None = None  # the text as spoken (respelled, pauses as tags)
     language: str | None = None  # the language it was spoken in: named, or detected (None: the model's choice)
     usage: SpeechUsage
+
+
+class WordTime(BaseModel):
+    word: str
+    start: float  # seconds from the start of the response's audio
+    end: float
+
+
+class SpeechAudioTimestamps(BaseModel):
+    """One segment's (sentence's) words and when they are heard, sent once its audio has been sent."""
+
+    type: Literal["speech.audio.timestamps"] = "speech.audio.timestamps"
+    segment: int  # 0, 1, ...: the segments of a long text
+    text: str  # the segment's text as spoken
+    start: float  # the segment's audio: seconds from the start of the response's audio
+    end: float
+    words: list[WordTime]
+    error: str | None = None  # the aligner failed on this segment: it has no words
 
 
 class SpeechError(BaseModel):

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from engine import AudioStream, Engine, FinishReason, SpeechRequest, TextLayout
+from engine import AudioStream, Engine, FinishReason, SpeechRequest, TextLayout, Timestamps
 from server import errors, voice_library
 from server.encoders import CONTENT_TYPES, AudioFormat, resolve_output_rate
 from server.http_protocol import abort_of
@@ -23,10 +23,12 @@ from server.protocol import (
     ErrorEnvelope,
     SpeechAudioDelta,
     SpeechAudioDone,
+    SpeechAudioTimestamps,
     SpeechBody,
     SpeechError,
     SpeechUsage,
     StreamFormat,
+    WordTime,
     incomplete,
 )
 from server.state import ServerState, server_state
@@ -104,21 +106,24 @@ class Speech:
     stream: AudioStream
     out: AsyncTranscoder
     rate: int  # the output sample rate
+    speed: float = 1.0  # the audio's, after the engine: times are divided by it
+    words: bool = False  # timestamps were asked for: they come between the audio's chunks
     closed: bool = field(default=False, init=False)
     cut_error: errors.ApiError | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.state.metrics.open_responses.labels(PROTOCOL).inc()
         self.state.speeches.add(self)
+        self._items = self.stream.events() if self.words else aiter(self.stream)
 
-    async def next_pcm(self) -> np.ndarray | None:
+    async def next_pcm(self) -> np.ndarray | Timestamps | None:
         try:
-            pcm: np.ndarray | None = await anext(self.stream)
+            item: np.ndarray | Timestamps | None = await anext(self._items)
         except StopAsyncIteration:
-            pcm = None
+            item = None
         if self.cut_error is not None:
             raise self.cut_error
-        return pcm
+        return item
 
     @property
     def failure(self) -> BaseException | None:
@@ -129,17 +134,28 @@ class Speech:
         self.cut_error = err
         self.stream.cancel()
 
-    async def encoded(self, first: np.ndarray | None) -> AsyncIterator[bytes]:
-        """Encoded bytes of every chunk, then the encoder's tail; empty pieces are skipped."""
-        pcm = first
+    async def encoded(self, first: np.ndarray | None) -> AsyncIterator[bytes | SpeechAudioTimestamps]:
+        """Encoded bytes of every chunk, then the encoder's tail; empty pieces are skipped. With `words`, each
+        segment's timestamps in their place."""
+        pcm: np.ndarray | Timestamps | None = first
         while pcm is not None:
-            data = await self.out.encode(pcm)
-            if data:
+            if isinstance(pcm, Timestamps):
+                yield self.timestamps(pcm)
+            elif data := await self.out.encode(pcm):
                 yield data
             pcm = await self.next_pcm()
         tail = await self.out.flush()
         if tail:
             yield tail
+
+    def timestamps(self, ts: Timestamps) -> SpeechAudioTimestamps:
+        """On the output's timeline: the engine's times divided by the speed."""
+        def t(seconds: float) -> float:
+            return round(seconds / self.speed, 3)
+
+        return SpeechAudioTimestamps(segment=ts.segment, text=ts.text, start=t(ts.start), end=t(ts.end),
+                                     words=[WordTime(word=w, start=t(a), end=t(b)) for w, a, b in ts.words],
+                                     error=ts.error)
 
     def usage(self) -> SpeechUsage:
         u, samples = self.stream.usage, self.out.samples
@@ -192,7 +208,7 @@ async def create_speech(body: SpeechBody, request: Request) -> Response:
         raise
     if state.log_input:
         log.info("speech %s input: %r", req.request_id, body.input)
-    speech = Speech(state, stream, AsyncTranscoder(transcoder, state.executor), rate)
+    speech = Speech(state, stream, AsyncTranscoder(transcoder, state.executor), rate, body.speed, req.timestamps)
     try:
         first = await first_chunk(stream, request)
         if speech.cut_error is not None:  # cut by the shutdown before any audio: a plain 503
@@ -230,7 +246,11 @@ def speech_request(model_rate: int, body: SpeechBody, fmt: AudioFormat,
         rate = resolve_output_rate(fmt, model_rate, body.sample_rate)
     except ValueError as exc:
         raise errors.invalid(str(exc), "sample_rate", "invalid_value") from None
+    if body.timestamps is not None and body.stream_format != StreamFormat.SSE:
+        raise errors.invalid("timestamps come as server-sent events: send stream_format 'sse' with them (a plain "
+                             "audio stream has no place for them)", "timestamps", "invalid_value")
     return SpeechRequest(text=body.input, language=body.language, normalize=body.normalize,
+                         timestamps=body.timestamps is not None,
                          **voice.fields(body.instructions),
                          seed=body.seed, temperature=body.temperature,
                          top_k=body.top_k, top_p=body.top_p, repetition_penalty=body.repetition_penalty,
@@ -270,7 +290,8 @@ async def audio_body(speech: Speech, first: np.ndarray | None) -> AsyncGenerator
     that a limit cut short (see `Speech.done`) ends normally; the SSE and Realtime protocols say it."""
     try:
         async for data in speech.encoded(first):
-            yield data
+            if isinstance(data, bytes):
+                yield data
     except (asyncio.CancelledError, GeneratorExit):
         speech.cancel()
         raise
@@ -284,7 +305,10 @@ async def sse_body(speech: Speech, first: np.ndarray | None) -> AsyncGenerator[b
     """`speech.audio.delta` events, then `speech.audio.done` with usage; a failure ends with an `error` event."""
     try:
         async for data in speech.encoded(first):
-            yield sse(SpeechAudioDelta(audio=base64.b64encode(data).decode()).model_dump_json())
+            if isinstance(data, SpeechAudioTimestamps):
+                yield sse(data.model_dump_json(exclude_none=True))
+            else:
+                yield sse(SpeechAudioDelta(audio=base64.b64encode(data).decode()).model_dump_json())
         yield sse(speech.done().model_dump_json(exclude_none=True))
     except (asyncio.CancelledError, GeneratorExit):
         speech.cancel()

@@ -1,0 +1,101 @@
+"""Word timestamps over HTTP (`serve --aligner`): `speech.audio.timestamps` events, one per segment once its audio has
+been sent, whose times are the aligner's on that segment's served audio; the audio is the same as without them.
+Bad asks are 400s naming `timestamps`."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from engine.config import EngineConfig
+from server import cli
+from talker.aligner.aligner import Aligner
+from talker.aligner.words import Clip
+from tests.server.conftest import LiveServer, start_server
+from tests.talker.test_aligner import CHECKPOINT
+
+BODY = {"model": "tts-1", "voice": "alloy", "temperature": 0.0, "response_format": "pcm", "seed": 7,
+        "language": "english"}
+TEXT = "Hello there, how are you today? [pause:0.5] The quick brown fox jumps over the lazy dog."
+
+
+@pytest.fixture(scope="module")
+def aligned(server_config: EngineConfig) -> Iterator[LiveServer]:
+    server = start_server(replace(server_config, aligner=str(CHECKPOINT), max_batch=4, max_queue=4))
+    yield server
+    server.stop()
+
+
+def events(url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    with httpx.stream("POST", url + "/v1/audio/speech", json=body, timeout=120) as resp:
+        assert resp.status_code == 200, resp.read()
+        return [json.loads(line[6:]) for line in resp.iter_lines() if line.startswith("data: ")]
+
+
+def audio_of(evs: list[dict[str, Any]]) -> np.ndarray:
+    return np.frombuffer(b"".join(base64.b64decode(e["audio"]) for e in evs if e["type"] == "speech.audio.delta"),
+                         "<i2")
+
+
+def test_each_segment_s_words_are_the_aligner_s_on_its_served_audio(aligned: LiveServer) -> None:
+    evs = events(aligned.url, {**BODY, "input": TEXT, "stream_format": "sse", "timestamps": "word"})
+    kinds = [e["type"] for e in evs]
+    assert kinds[-1] == "speech.audio.done" and evs[-1]["status"] == "completed"
+    stamps = [e for e in evs if e["type"] == "speech.audio.timestamps"]
+    assert [s["segment"] for s in stamps] == [0, 1]
+    assert [s["text"] for s in stamps] == ["Hello there, how are you today?",
+                                           "The quick brown fox jumps over the lazy dog."]
+    audio = audio_of(evs)
+    reference = Aligner(CHECKPOINT)
+    for s in stamps:
+        start, end = round(s["start"] * 24000), round(s["end"] * 24000)
+        sent = audio_of(evs[: evs.index(s)])
+        assert sent.size >= end - 1  # every sample of the segment went out before its words
+        [words] = reference.align([Clip(audio[start:end], 24000, s["text"], "english")])
+        assert s["words"] == [{"word": w.word, "start": round(w.start + s["start"], 3),
+                               "end": round(w.end + s["start"], 3)} for w in words]
+    assert stamps[1]["start"] >= stamps[0]["end"] + 0.5  # the pause between them
+    plain = httpx.post(aligned.url + "/v1/audio/speech", json={**BODY, "input": TEXT}, timeout=120)
+    assert plain.content == audio.tobytes()  # the same audio without timestamps
+    assert kinds.index("speech.audio.delta") < kinds.index("speech.audio.timestamps")
+
+
+def test_times_follow_the_speed(aligned: LiveServer) -> None:
+    body = {**BODY, "input": "Hello there, how are you today?", "stream_format": "sse", "timestamps": "word"}
+    [normal] = [e for e in events(aligned.url, body) if e["type"] == "speech.audio.timestamps"]
+    [fast] = [e for e in events(aligned.url, {**body, "speed": 2.0}) if e["type"] == "speech.audio.timestamps"]
+    assert fast["words"] == [{"word": w["word"], "start": round(w["start"] / 2, 3), "end": round(w["end"] / 2, 3)}
+                             for w in normal["words"]]
+    assert fast["end"] == round(normal["end"] / 2, 3)
+
+
+def test_bad_asks_are_400s_naming_timestamps(aligned: LiveServer, live: LiveServer) -> None:
+    cases = [(aligned, {"timestamps": "word"}, "stream_format"),  # a plain audio stream has no place for them
+             (aligned, {"timestamps": "segment", "stream_format": "sse"}, "word"),
+             (live, {"timestamps": "word", "stream_format": "sse"}, "--aligner")]  # a server without an aligner
+    for server, extra, said in cases:
+        resp = httpx.post(server.url + "/v1/audio/speech", json={**BODY, "input": "Hello.", **extra}, timeout=30)
+        error = resp.json()["error"]
+        assert resp.status_code == 400 and error["param"] == "timestamps" and said in error["message"], error
+
+
+def test_say_prints_the_words_times(aligned: LiveServer, tmp_path: Path, tiny_cache: Path,
+                                    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    text = "Hello there, how are you today?"
+    args = ["say", text, "-o", str(tmp_path / "x.wav"), "--seed", "3", "--timestamps"]
+    assert cli.main([*args, "--url", aligned.url]) == 0
+    remote = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[2] for line in remote] == ["Hello", "there", "how", "are", "you", "today"]
+    assert all(float(a) <= float(b) for a, b, _ in (line.split("\t") for line in remote))
+    monkeypatch.setenv("TALKSTREAM_CACHE_DIR", str(tiny_cache))
+    monkeypatch.setenv("TALKSTREAM_TUNING", "warmup=0")
+    assert cli.main([*args, "--local", "--device", "cpu", "--aligner", str(CHECKPOINT)]) == 0
+    assert capsys.readouterr().out.splitlines() == remote  # the same speech, timed the same
