@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from engine import MAX_INPUT_CHARS, FinishReason
+from engine import MAX_INPUT_CHARS, FinishReason, Timestamps
 
 MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 
@@ -168,6 +168,16 @@ class SpeechAudioTimestamps(BaseModel):
     end: float
     words: list[WordTime]
     error: str | None = None  # the aligner failed on this segment: it has no words
+
+
+def timed(ts: Timestamps, speed: float) -> dict[str, Any]:
+    """A segment's timestamps as the events carry them: on the output's timeline (the engine's times / speed)."""
+
+    def t(seconds: float) -> float:
+        return round(seconds / speed, 3)
+
+    return {"segment": ts.segment, "text": ts.text, "start": t(ts.start), "end": t(ts.end), "error": ts.error,
+            "words": [WordTime(word=w, start=t(a), end=t(b)) for w, a, b in ts.words]}
 
 
 class SpeechError(BaseModel):

@@ -22,6 +22,7 @@ from server.protocol import (
     SpeechUsage,
     Text,
     VoiceRef,
+    WordTime,
 )
 
 PCM_RATE = 24000
@@ -71,6 +72,7 @@ class OutputOptions(SamplingFields, _Open):
     max_response_output_tokens: Tokens | None = None
     text_layout: TextLayoutName | None = None  # Talkstream's: how the text is fed (the model's own when unset)
     normalize: bool | None = None  # Talkstream's: numbers and symbols as words (on when unset)
+    timestamps: Literal["word"] | None = None  # Talkstream's: each segment's words (response.output_audio.timestamps)
 
     def settings(self) -> dict[str, Any]:
         """The fields set, in one spelling (the GA one wins where both are given)."""
@@ -78,7 +80,7 @@ class OutputOptions(SamplingFields, _Open):
         values = {
             "voice": _voice_name(out.voice or self.voice), "speed": out.speed or self.speed,
             "instructions": self.instructions, "language": self.language, "text_layout": self.text_layout,
-            "normalize": self.normalize,
+            "normalize": self.normalize, "timestamps": self.timestamps,
             "max_output_tokens": self.max_output_tokens if self.max_output_tokens is not None
             else self.max_response_output_tokens,
             **{k: getattr(self, k) for k in SamplingFields.model_fields},
@@ -210,6 +212,7 @@ class RealtimeSession(SamplingFields):
     text_streaming: bool = False
     text_layout: TextLayoutName | None = None
     normalize: bool = True
+    timestamps: Literal["word"] | None = None
 
 
 class ContentOut(BaseModel):
@@ -313,6 +316,22 @@ class AudioDone(_ServerEvent):
     content_index: int = 0
 
 
+class WordTimes(_ServerEvent):
+    """Talkstream's: one segment's words, once its audio has been sent (seconds from the response's first audio)."""
+
+    type: Literal["response.output_audio.timestamps"] = "response.output_audio.timestamps"
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+    segment: int
+    text: str
+    start: float
+    end: float
+    words: list[WordTime]
+    error: str | None = None
+
+
 class TranscriptDone(_ServerEvent):
     type: Literal["response.output_audio_transcript.done"] = "response.output_audio_transcript.done"
     response_id: str
@@ -332,4 +351,4 @@ class ErrorEvent(_ServerEvent):
 
 
 ServerEvent = (SessionEvent | ResponseEvent | ConversationItemEvent | OutputItemEvent | ContentPartEvent
-               | AudioDelta | AudioDone | TranscriptDone | ErrorEvent)
+               | AudioDelta | AudioDone | WordTimes | TranscriptDone | ErrorEvent)

@@ -2,6 +2,8 @@
 
     response.created → response.output_item.added → conversation.item.added → response.content_part.added
     → response.output_audio.delta … → response.output_audio.done → response.output_audio_transcript.done
+
+(with Talkstream's `timestamps`, each segment's `response.output_audio.timestamps` among the deltas, after its audio)
     → response.content_part.done → response.output_item.done → conversation.item.done → response.done
 
 `response.done` says how it ended, as OpenAI does: `completed`; `incomplete` when a limit cut it
@@ -18,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from engine import AudioStream, FinishReason, SpeechInput
-from server.protocol import ResponseStatus, incomplete
+from engine import AudioStream, FinishReason, SpeechInput, Timestamps
+from server.protocol import ResponseStatus, incomplete, timed
 from server.realtime_protocol import (
     AudioDelta,
     AudioDone,
@@ -37,6 +39,7 @@ from server.realtime_protocol import (
     ServerEvent,
     TokenDetails,
     TranscriptDone,
+    WordTimes,
 )
 from server.transcode import AsyncTranscoder
 
@@ -119,6 +122,9 @@ class ActiveResponse:
             ContentPartEvent(type="response.content_part.added", event_id=eid(), response_id=self.id,
                              item_id=self.item_id, part=part),
         ]
+
+    def timestamps(self, eid: EventId, ts: Timestamps) -> WordTimes:
+        return WordTimes(event_id=eid(), response_id=self.id, item_id=self.item_id, **timed(ts, self.speed))
 
     def delta(self, eid: EventId, data: bytes) -> AudioDelta:
         return AudioDelta(event_id=eid(), response_id=self.id, item_id=self.item_id,

@@ -22,6 +22,7 @@ from engine import (
     SpeechRequest,
     StreamingSpeechRequest,
     TextEnd,
+    Timestamps,
 )
 from server import errors, voice_library
 from server.encoders import AudioFormat
@@ -189,7 +190,7 @@ class Session:
                                max_output_tokens=s.get("max_output_tokens", "inf"), audio=audio,
                                language=s.get("language"), voice=s.get("voice"), sample_rate=engine.sample_rate,
                                text_streaming=bool(s.get("text_streaming")), text_layout=s.get("text_layout"),
-                               normalize=s.get("normalize", True), **sampling)
+                               normalize=s.get("normalize", True), timestamps=s.get("timestamps"), **sampling)
 
     # Client events ------------------------------------------------------------------------------------
     async def handle(self, text: str | None) -> None:
@@ -308,6 +309,7 @@ class Session:
         if not streaming:  # a streamed text is spoken as it comes
             fields["normalize"] = s.get("normalize", True)
         fields["max_frames"] = None if limit == "inf" else limit
+        fields["timestamps"] = s.get("timestamps") == "word"
         engine, speed = self.engine, s.get("speed", 1.0)
         request = None
         if not streaming:
@@ -344,7 +346,10 @@ class Session:
         stream = active.stream
         first = True
         try:
-            async for pcm in stream:
+            async for pcm in stream.events():
+                if isinstance(pcm, Timestamps):
+                    await self.send(active.timestamps(self._eid, pcm))
+                    continue
                 if first:
                     self.state.metrics.first_audio(PROTOCOL, stream.time_to_first_audio)
                     first = False

@@ -28,8 +28,8 @@ from server.protocol import (
     SpeechError,
     SpeechUsage,
     StreamFormat,
-    WordTime,
     incomplete,
+    timed,
 )
 from server.state import ServerState, server_state
 from server.transcode import AsyncTranscoder, Transcoder
@@ -149,13 +149,7 @@ class Speech:
             yield tail
 
     def timestamps(self, ts: Timestamps) -> SpeechAudioTimestamps:
-        """On the output's timeline: the engine's times divided by the speed."""
-        def t(seconds: float) -> float:
-            return round(seconds / self.speed, 3)
-
-        return SpeechAudioTimestamps(segment=ts.segment, text=ts.text, start=t(ts.start), end=t(ts.end),
-                                     words=[WordTime(word=w, start=t(a), end=t(b)) for w, a, b in ts.words],
-                                     error=ts.error)
+        return SpeechAudioTimestamps(**timed(ts, self.speed))
 
     def usage(self) -> SpeechUsage:
         u, samples = self.stream.usage, self.out.samples

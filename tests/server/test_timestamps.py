@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import openai
 import pytest
 
 from engine.config import EngineConfig
@@ -99,3 +100,30 @@ def test_say_prints_the_words_times(aligned: LiveServer, tmp_path: Path, tiny_ca
     monkeypatch.setenv("TALKSTREAM_TUNING", "warmup=0")
     assert cli.main([*args, "--local", "--device", "cpu", "--aligner", str(CHECKPOINT)]) == 0
     assert capsys.readouterr().out.splitlines() == remote  # the same speech, timed the same
+
+
+def test_realtime_sends_each_segment_s_words_and_the_sdk_takes_them(aligned: LiveServer) -> None:
+    """Over the official SDK's own Realtime connection: `response.output_audio.timestamps` after the segment's audio
+    (the SDK has no model of it and hands it over with its fields as sent), the same words as over SSE."""
+    text = "Hello there, how are you today?"
+    sse = [e for e in events(aligned.url, {**BODY, "input": text, "stream_format": "sse", "timestamps": "word"})
+           if e["type"] == "speech.audio.timestamps"]
+    client = openai.OpenAI(base_url=aligned.url + "/v1", api_key="unused")
+    with client.realtime.connect(model="tts-1") as conn:
+        conn.session.update(session={"type": "realtime", "timestamps": "word", "temperature": 0.0, "seed": 7,
+                                     "language": "english", "voice": "alloy"})  # type: ignore[typeddict-unknown-key]
+        seen = []
+        for event in conn:
+            seen.append(event)
+            if event.type == "session.updated":
+                conn.send({"type": "input_text_buffer.append", "text": text})  # type: ignore[arg-type,typeddict-item]
+                conn.send({"type": "input_text_buffer.commit"})  # type: ignore[arg-type,typeddict-item]
+            if event.type == "response.done":
+                break
+    kinds = [e.type for e in seen]
+    stamps = [e for e in seen if e.type == "response.output_audio.timestamps"]
+    assert len(stamps) == 1 and kinds.index("response.output_audio.delta") < kinds.index(stamps[0].type)
+    assert kinds.index(stamps[0].type) < kinds.index("response.output_audio.done")
+    event = stamps[0].to_dict()  # (the SDK builds it as the first model of its union that takes it, all fields kept)
+    assert event["words"] == sse[0]["words"] and event["text"] == text and event["segment"] == 0
+    assert seen[-1].response.status == "completed"
