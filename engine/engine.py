@@ -441,6 +441,11 @@ class Engine:
             self._loaded.frontend.check_design(description, param)
 
     @property
+    def timestamps(self) -> bool:
+        """Whether requests may ask for word timestamps (an aligner is loaded)."""
+        return self._alignment is not None
+
+    @property
     def languages(self) -> list[str]:
         return ["auto", *sorted(self._loaded.talker.cfg.languages)] if self._loaded else ["auto"]
 

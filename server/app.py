@@ -197,7 +197,9 @@ def _listing_router() -> APIRouter:
 
     @router.get("/models", response_model=ModelList)
     async def models(request: Request) -> ModelList:
-        return ModelList(data=[ModelCard(id=m) for m in server_state(request).served_models()])
+        state = server_state(request)
+        return ModelList(data=[ModelCard(id=m, timestamps=state.engine_for(m).timestamps)
+                               for m in state.served_models()])
 
     return router
 

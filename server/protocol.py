@@ -191,6 +191,7 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int = 0
     owned_by: str = "talkstream"
+    timestamps: bool = Field(default=False, description="Whether it times words (the server runs --aligner)")
 
 
 class ModelList(BaseModel):

@@ -1,6 +1,8 @@
 // The page: lists the server's models and voices, sends the speech request as a streamed fetch (so Stop can abort
 // it, and the API key can go in a header) of server-sent events, and hands each event's audio to a sink from
 // audio.js; the last event says how the text was read out (its transcript, its language), shown under the status.
+// With "Highlight each word" (a model the server times words for), each sentence's timestamps event adds its words
+// to #words, and the one being heard (the sink's play position) is marked.
 // What it measured is shown under "Playback" and kept in #result's data attributes (state, format, bytes, samples,
 // ttfaMs), which tests/server/test_web_page.py reads.
 import { FORMATS, Output, makeSink, playbackOf } from "./audio.js";
@@ -15,6 +17,7 @@ const HINTS = {
   complete: "This browser cannot stream this format: it plays once complete, and can then be downloaded.",
 };
 let run = null; // the request in flight or playing, if any
+let timed = new Set(); // the models whose words the server times
 
 class ApiError extends Error {
   constructor(status, detail) {
@@ -49,8 +52,10 @@ async function apiError(response) {
 async function loadListing() {
   setStatus("Loading the voices…");
   try {
-    const models = (await (await api("v1/models")).json()).data.map((m) => m.id);
-    fill($("model"), [["", models.map((id) => [id, id])]]);
+    const cards = (await (await api("v1/models")).json()).data;
+    timed = new Set(cards.filter((m) => m.timestamps).map((m) => m.id));
+    fill($("model"), [["", cards.map((m) => [m.id, m.id])]]);
+    showTimestamps();
     await loadVoices();
     clearError();
     $("api-key").removeAttribute("aria-invalid");
@@ -101,6 +106,7 @@ function requestBody(format) {
   const seed = $("seed");
   if (seed.validity.badInput) throw new Error("Seed: a whole number, or empty for a random one");
   if (seed.value !== "") body.seed = Number(seed.value);
+  if ($("timestamps").checked && !$("timestamps").disabled) body.timestamps = "word";
   return body;
 }
 
@@ -156,6 +162,8 @@ function take(current, event) {
     current.bytes += audio.length;
     current.sink.push(audio);
     report(current);
+  } else if (event.type === "speech.audio.timestamps") {
+    showWords(current, event.words);
   } else if (event.type === "speech.audio.done") {
     showTranscript(event);
   } else if (event.type === "error") {
@@ -173,6 +181,44 @@ function showTranscript(done) {
   said.hidden = false;
 }
 
+// The words of each sentence as their timestamps come; the one being heard follows the sink's play position.
+function showWords(current, words) {
+  const box = $("words");
+  for (const w of words) {
+    const span = document.createElement("span");
+    Object.assign(span.dataset, { start: String(w.start), end: String(w.end) });
+    span.textContent = w.word;
+    box.append(span, " ");
+  }
+  box.hidden = false;
+  result.dataset.words = String(box.querySelectorAll("span").length);
+  if (!current.follow) current.follow = requestAnimationFrame(() => follow(current));
+}
+
+function follow(current) {
+  const at = current.sink?.heard?.();
+  let now = null;
+  if (at !== undefined) {
+    for (const span of $("words").querySelectorAll("span")) {
+      if (Number(span.dataset.start) <= at) now = span;
+    }
+  }
+  for (const span of $("words").querySelectorAll("span[aria-current]")) {
+    if (span !== now) span.removeAttribute("aria-current");
+  }
+  if (now) {
+    now.setAttribute("aria-current", "true");
+    result.dataset.heardWord = now.textContent;
+  }
+  current.follow = run === current ? requestAnimationFrame(() => follow(current)) : 0;
+}
+
+function showTimestamps() {
+  const box = $("timestamps"), can = timed.has($("model").value);
+  box.disabled = !can;
+  $("timestamps-hint").textContent = can ? "" : "The server times words only with --aligner.";
+}
+
 // Stop: abort the fetch (the server sees the connection close and frees the request) and silence what is queued.
 function stop(say = true) {
   const current = run;
@@ -187,6 +233,10 @@ function begin(current) {
   clearError();
   $("download").hidden = true;
   $("transcript").hidden = true;
+  $("words").replaceChildren();
+  $("words").hidden = true;
+  delete result.dataset.words;
+  delete result.dataset.heardWord;
   Object.assign(result.dataset, { format: current.format, bytes: "0", samples: "", ttfaMs: "" });
   for (const [id, text] of [["stat-ttfa", "–"], ["stat-samples", "–"], ["stat-seconds", "–"], ["stat-bytes", "0"]]) {
     $(id).textContent = text;
@@ -298,7 +348,10 @@ $("api-key").addEventListener("keydown", (event) => {
   }
 });
 $("api-key").addEventListener("change", keyChanged);
-$("model").addEventListener("change", () => loadVoices().catch(showError));
+$("model").addEventListener("change", () => {
+  showTimestamps();
+  loadVoices().catch(showError);
+});
 $("format").addEventListener("change", showFormat);
 $("speed").addEventListener("input", showSpeed);
 document.addEventListener("keydown", (event) => {

@@ -66,6 +66,7 @@ class SampleSink extends Finishing {
     super();
     Object.assign(this, { output, header, onFirstAudio, rate: PCM_RATE, samples: 0, next: 0, ended: false });
     this.sources = new Set();
+    this.starts = [];
     this.odd = null; // a chunk can end inside a sample: its first byte waits for the next chunk
   }
 
@@ -105,11 +106,20 @@ class SampleSink extends Finishing {
     // after an underrun (the next chunk came late) start again a little ahead rather than in the past
     const at = Math.max(this.next, ctx.currentTime + LEAD_S);
     source.start(at);
+    this.starts.push([at, this.samples / this.rate]); // where this chunk sounds, and its place in the response
     this.next = at + buffer.duration;
     this.sources.add(source);
     source.onended = () => { this.sources.delete(source); this.check(); };
     if (this.samples === 0) this.onFirstAudio((at - ctx.currentTime) * 1000);
     this.samples += floats.length;
+  }
+
+  // Seconds of the response heard so far (undefined before the first sample sounds).
+  heard() {
+    const now = this.output.ctx.currentTime;
+    let last;
+    for (const entry of this.starts) if (entry[0] <= now) last = entry;
+    return last && Math.min(last[1] + now - last[0], this.samples / this.rate);
   }
 
   end() {
@@ -178,6 +188,10 @@ class ElementSink extends Finishing {
     this.element.onplaying = () => { this.element.onplaying = null; onFirstAudio(0); };
     this.element.onended = () => this.resolve();
     this.element.onerror = () => this.reject(new Error("this browser could not play the audio"));
+  }
+
+  heard() {
+    return this.element.currentTime;
   }
 
   start(url) {

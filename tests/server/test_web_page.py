@@ -7,6 +7,7 @@ to build/screenshots/web-page.png."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -23,6 +24,7 @@ from engine.config import EngineConfig
 from tests.conftest import OFFICIAL_VD
 from tests.server.conftest import API_KEY, LiveServer, start_server
 from tests.server.leaks import scrape, wait_no_leaks
+from tests.talker.test_aligner import CHECKPOINT as ALIGNER
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -236,6 +238,44 @@ def test_the_page_shows_how_the_text_was_read_out(page: Page, live: LiveServer) 
     expect(said).to_have_attribute("data-language", "english")
     expect(result(page)).to_have_attribute("data-state", re.compile("received|done"))
     assert figure(page, "samples") == expected  # the events' audio is the plain stream's
+
+
+def test_the_page_highlights_each_word_as_it_is_heard(page: Page, live: LiveServer,
+                                                     server_config: EngineConfig) -> None:
+    """The tiny aligner's weights are random, so its times fall anywhere in 400 s: the server's events are passed on
+    with each segment's words spread over the segment's own span, so that playing the audio walks through them."""
+    open_page(page, live.url + "/")
+    expect(page.get_by_label("Highlight each word as it is heard")).to_be_disabled()  # no aligner here
+    aligned = start_server(replace(server_config, aligner=str(ALIGNER), max_batch=2, max_queue=2))
+    sent: list[dict[str, object]] = []
+
+    def spread(route: Route) -> None:
+        response = route.fetch()
+        lines = []
+        for line in response.text().split("\n"):
+            if line.startswith("data: ") and '"speech.audio.timestamps"' in line:
+                event = json.loads(line[6:])
+                step = (event["end"] - event["start"]) / len(event["words"])
+                for i, w in enumerate(event["words"]):
+                    w["start"], w["end"] = event["start"] + i * step, event["start"] + (i + 1) * step
+                sent.append(event)
+                line = "data: " + json.dumps(event)
+            lines.append(line)
+        route.fulfill(response=response, body="\n".join(lines))
+
+    try:
+        page.route("**/v1/audio/speech", spread)
+        open_page(page, aligned.url + "/")
+        choose(page, text="Hello there, how are you today?")
+        page.get_by_label("Highlight each word as it is heard").check()
+        page.get_by_role("button", name="Speak").click()
+        expect(result(page)).to_have_attribute("data-state", "done")
+        words = [str(w["word"]) for e in sent for w in e["words"]]  # type: ignore[attr-defined]
+        assert words == ["Hello", "there", "how", "are", "you", "today"]
+        expect(page.locator("#words span")).to_have_text(words)
+        expect(page.locator("#words span[aria-current]")).to_have_text(words[-1])  # the last word heard last
+    finally:
+        aligned.stop()
 
 
 def test_stop_cancels_and_the_server_frees_the_request(page: Page, live: LiveServer) -> None:
