@@ -25,7 +25,7 @@ EXTENSIONS = {".wav": "wav", ".mp3": "mp3", ".opus": "opus", ".ogg": "opus", ".a
               ".pcm": "pcm", ".raw": "pcm"}
 BENCHES = {name: "benchmarks." + name.replace("-", "_") for name in (
     "serve", "step-gap", "text-stream", "codec", "models", "engine-ttfa", "int8-agreement", "profile-step",
-    "voice-creation", "slow-writers", "compiled-step", "text-front")} | {"step_gap": "benchmarks.step_gap"}
+    "voice-creation", "slow-writers", "compiled-step", "text-front", "aligner")} | {"step_gap": "benchmarks.step_gap"}
 PCM_BYTES_PER_S = 24000 * 2
 UVICORN_SHUTDOWN_S = 5
 

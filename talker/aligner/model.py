@@ -228,3 +228,8 @@ def _our_name(key: str) -> str:
     """thinker.audio_tower.* → audio_tower.*, thinker.model.embed_tokens → embed_tokens, thinker.model.* → model.*"""
     key = key.removeprefix("thinker.")
     return key.removeprefix("model.") if key.startswith("model.embed_tokens") else key
+
+
+def checkpoint_name(ours: str) -> str:
+    """The released checkpoint's name of one of our weights (`_our_name`'s inverse)."""
+    return "thinker." + ("model." + ours if ours.startswith("embed_tokens") else ours)
