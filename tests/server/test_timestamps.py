@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -127,3 +128,18 @@ def test_realtime_sends_each_segment_s_words_and_the_sdk_takes_them(aligned: Liv
     event = stamps[0].to_dict()  # (the SDK builds it as the first model of its union that takes it, all fields kept)
     assert event["words"] == sse[0]["words"] and event["text"] == text and event["segment"] == 0
     assert seen[-1].response.status == "completed"
+
+
+def test_the_readme_captions_example_works_as_written(aligned: LiveServer, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    [code] = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "def speech_with_words" in b]
+    monkeypatch.setenv("TALKSTREAM_URL", aligned.url)
+    monkeypatch.chdir(tmp_path)
+    scope: dict[str, Any] = {}
+    exec(compile(code, "README.md", "exec"), scope)  # the README's own example, as a user runs it
+    words = scope["words"]
+    assert [w["word"] for w in words] == ["Hello", "there", "Nice", "to", "meet", "you"]
+    vtt, srt = (tmp_path / "speech.vtt").read_text(), (tmp_path / "speech.srt").read_text()
+    assert vtt.startswith("WEBVTT\n\n") and vtt.count(" --> ") == len(words) and "\nmeet\n" in vtt
+    assert srt.startswith("1\n") and f"\n{len(words)}\n" in srt and "," in srt.split(" --> ")[0]
