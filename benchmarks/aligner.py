@@ -3,10 +3,12 @@
 1. **Alignment time** of the forced aligner alone, in this process on every core: median seconds per clip and per
    second of audio, for clips of 2, 5 and 10 s and a batch of four 5 s clips, at the given aligner's sizes and at
    Qwen3-ForcedAligner-0.6B's (random weights, written once under the cache directory: ~3.6 GB).
-2. **Beside the Talker**: an engine on `tiny` with the aligner in its process, `--streams` requests of `--frames`
-   frames at once, without timestamps and with them, alternating for `--rounds` rounds: first audio (p50, p90), the
-   step gap (p50, p99) and the step's time, when the last audio came, the wall time (timestamps included), and how
-   long after a segment's audio its timestamps came (p50, p90).
+2. **Beside the Talker**: an engine on `tiny` with the aligner in its process; `--streams` requests arriving
+   `--stagger-ms` apart, each a text of three sentences spoken as three segments of at most `--frames` frames (so
+   the first segments are being aligned while later ones, and later requests, are generated), without timestamps
+   and with them, alternating for `--rounds` rounds: first audio (p50, p90), the step gap (p50, p99) and the step's
+   time, when the last audio came, the wall time (timestamps included), and how long after a segment's audio its
+   timestamps came (p50, p90).
 
 `--aligner DIR` (default: the tiny checkpoint in tests/fixtures/official/). With --json the last printed line is the
 whole result as JSON.
@@ -40,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "fixtures" / "official" / "qwen3-forced-aligner-tiny-official"
 RATE = 24000
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs home again."
+STORY = "The fox jumps over the dog. Then it runs home again. The dog sleeps on in the sun."
 # Qwen3-ForcedAligner-0.6B's sizes (its released config.json)
 SIZES_06B = {
     "audio": {"d_model": 1024, "encoder_layers": 24, "encoder_attention_heads": 16, "encoder_ffn_dim": 4096,
@@ -111,22 +114,29 @@ async def _read(stream: AudioStream) -> tuple[list[float], float]:
     return lags, last
 
 
-async def beside_the_talker(aligner: Path, streams: int, frames: int, rounds: int) -> dict[str, Any]:
-    config = EngineConfig.from_env(model="tiny", max_batch=streams, max_queue=0, aligner=str(aligner))
+async def beside_the_talker(aligner: Path, streams: int, frames: int, rounds: int,
+                            stagger_ms: float) -> dict[str, Any]:
+    config = EngineConfig.from_env(model="tiny", max_batch=streams, max_queue=0, aligner=str(aligner),
+                                   max_frames=frames)
     engine = Engine(config)
     await engine.start()
-    results: dict[str, dict[str, list[float]]] = {m: {"ttfa": [], "gap": [], "step": [], "wall": [], "audio": [],
-                                                      "lag": []} for m in ("without", "with")}
+    keys = ("ttfa", "gap", "step", "wall", "audio", "lag")
+    results: dict[str, dict[str, list[float]]] = {m: {k: [] for k in keys} for m in ("without", "with")}
     try:
         assert engine.worker is not None
         for r in range(rounds):
             for mode in ("without", "with"):
                 engine.worker.timings.clear()
-                batch = engine.submit_many([
-                    SpeechRequest(text=TEXT, seed=i, max_frames=frames, timestamps=mode == "with",
-                                  request_id=f"{mode}-{r}-{i}") for i in range(streams)])
                 start = time.monotonic()
-                read = await asyncio.gather(*(_read(s) for s in batch))
+                batch: list[AudioStream] = []
+                reading = []
+                for i in range(streams):
+                    if i:
+                        await asyncio.sleep(stagger_ms / 1e3)
+                    batch.append(engine.submit(SpeechRequest(text=STORY, seed=i, language="english",
+                                                             timestamps=mode == "with", request_id=f"{mode}-{r}-{i}")))
+                    reading.append(asyncio.create_task(_read(batch[-1])))
+                read = await asyncio.gather(*reading)
                 res = results[mode]
                 res["wall"].append(time.monotonic() - start)
                 res["audio"].append(max(last for _, last in read) - start)
@@ -156,7 +166,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--aligner", type=Path, default=TINY, help="an aligner checkpoint (default: the tiny fixture)")
     p.add_argument("--sizes", default="tiny,0.6b", help="tiny (the --aligner), 0.6b (random weights), both, or none")
     p.add_argument("--streams", type=int, default=16)
-    p.add_argument("--frames", type=int, default=40, help="each request's frames (12.5 a second of audio)")
+    p.add_argument("--frames", type=int, default=48, help="a segment's frames at most (12.5 a second of audio)")
+    p.add_argument("--stagger-ms", type=float, default=100.0, help="between one request's arrival and the next's")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--beside", default="tiny", help="the aligner sizes to run beside the Talker (tiny, 0.6b, none)")
     p.add_argument("--json", action="store_true")
@@ -178,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['s_per_audio_s']:.4f} s per second of audio")
     for size in beside:
         out["beside_the_talker"][size] = res = asyncio.run(
-            beside_the_talker(dirs[size], args.streams, args.frames, args.rounds))
+            beside_the_talker(dirs[size], args.streams, args.frames, args.rounds, args.stagger_ms))
         for mode, row in res.items():
             print(f"{args.streams} streams, aligner {size}, {mode:7} timestamps: " +
                   ", ".join(f"{k} {v}" for k, v in row.items()))

@@ -290,40 +290,33 @@ class OutputItemEvent(_ServerEvent):
     item: MessageItem
 
 
-class ContentPartEvent(_ServerEvent):
-    type: Literal["response.content_part.added", "response.content_part.done"]
+class _PartEvent(_ServerEvent):
+    """An event about the response's one content part."""
+
     response_id: str
     item_id: str
     output_index: int = 0
     content_index: int = 0
+
+
+class ContentPartEvent(_PartEvent):
+    type: Literal["response.content_part.added", "response.content_part.done"]
     part: PartOut
 
 
-class AudioDelta(_ServerEvent):
+class AudioDelta(_PartEvent):
     type: Literal["response.output_audio.delta"] = "response.output_audio.delta"
-    response_id: str
-    item_id: str
-    output_index: int = 0
-    content_index: int = 0
     delta: str  # base64 of s16le mono PCM at 24 kHz
 
 
-class AudioDone(_ServerEvent):
+class AudioDone(_PartEvent):
     type: Literal["response.output_audio.done"] = "response.output_audio.done"
-    response_id: str
-    item_id: str
-    output_index: int = 0
-    content_index: int = 0
 
 
-class WordTimes(_ServerEvent):
+class WordTimes(_PartEvent):
     """Talkstream's: one segment's words, once its audio has been sent (seconds from the response's first audio)."""
 
     type: Literal["response.output_audio.timestamps"] = "response.output_audio.timestamps"
-    response_id: str
-    item_id: str
-    output_index: int = 0
-    content_index: int = 0
     segment: int
     text: str
     start: float
@@ -332,12 +325,8 @@ class WordTimes(_ServerEvent):
     error: str | None = None
 
 
-class TranscriptDone(_ServerEvent):
+class TranscriptDone(_PartEvent):
     type: Literal["response.output_audio_transcript.done"] = "response.output_audio_transcript.done"
-    response_id: str
-    item_id: str
-    output_index: int = 0
-    content_index: int = 0
     transcript: str
 
 
