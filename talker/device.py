@@ -111,6 +111,19 @@ def lower_priority(nice: int) -> None:
         log.warning("could not lower the CPU priority of %s: %s", threading.current_thread().name, exc)
 
 
+def idle_only() -> None:
+    """The calling thread, and threads it starts later, run only when a CPU has nothing else to run (Linux's
+    SCHED_IDLE: a waking thread of any other policy preempts it at once, where nice 19 still takes a share and a
+    time slice); elsewhere the lowest nice value."""
+    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            return
+        except OSError as exc:
+            log.warning("could not run %s under SCHED_IDLE: %s", threading.current_thread().name, exc)
+    lower_priority(19)
+
+
 class DeviceLayer:
     def __init__(self, device: torch.device, threads: int = 1, ring: int = 4, nice: int = 0) -> None:
         self.device = device

@@ -1,5 +1,5 @@
-"""The aligner process: a child that runs the forced aligner (talker/aligner/aligner.py) at the lowest CPU priority,
-so that it only takes what the Talker and the codec leave (the parent's side is talker/model_process.py's).
+"""The aligner process: a child that runs the forced aligner (talker/aligner/aligner.py) under SCHED_IDLE, so that it
+only takes the CPU the Talker and the codec leave (the parent's side is talker/model_process.py's).
 
 Down the pipe: ("languages",) (loads the checkpoint: the engine asks at start), ("align", clips), or None to stop.
 Back: ("ok", value) or ("failed", text)."""
@@ -15,7 +15,6 @@ from talker.aligner.words import Clip
 from talker.children import die_with_parent
 from talker.model_process import ModelProcess
 
-ALIGNER_NICE = 19
 # An alignment call's budget: a batch of clips of up to a minute's audio; the 0.6B aligner times ~10 s of audio in
 # about a second on 2 CPU cores. Past it the child is taken to be hung: it is killed, and the next call starts another.
 CALL_TIMEOUT_S = 120.0
@@ -43,10 +42,10 @@ def _serve(conn: Connection, directory: Path, threads: int) -> None:
     import torch
 
     from talker.aligner.aligner import Aligner
-    from talker.device import lower_priority
+    from talker.device import idle_only
 
     torch.set_num_threads(threads)
-    lower_priority(ALIGNER_NICE)
+    idle_only()
     try:
         aligner: Aligner | None = Aligner(directory)
         problem = ""
