@@ -82,9 +82,10 @@ class Engine:
         self._loaded = loaded = await asyncio.to_thread(load, self.config)
         if loaded.voice_encoder is not None:
             self._cloning = Cloning(loaded.voice_encoder, cfg.max_queue)
-        if loaded.aligner is not None:
+        aligning = None
+        if loaded.aligner is not None:  # its checkpoint loads in its process while the Talker's step is built
             self._alignment = Alignment(loaded.aligner, loaded.sample_rate)
-            await self._alignment.start()
+            aligning = self._loop.create_task(self._alignment.start(), name="aligner-start")
         # a thread per codec lane (AsyncBridge)
         self._codec_pool = ThreadPoolExecutor(2, "codec-worker", initializer=torch.set_num_threads,
                                               initargs=(loaded.threads.codec,))
@@ -104,7 +105,11 @@ class Engine:
         compiled = wants_compile(cfg.compile, loaded.device, loaded.talker.cfg)
         if compiled:
             use_cache_dir(cfg.cache_dir)
-        runner = await asyncio.to_thread(build_runner, runner_args, compiled, loaded.threads.talker)
+        try:
+            runner = await asyncio.to_thread(build_runner, runner_args, compiled, loaded.threads.talker)
+        finally:
+            if aligning is not None:
+                await aligning  # an aligner that cannot be used stops the start
         log.info("KV cache: %.1f MiB for %d slots (%d layers, hidden %d); native CPU kernels: codec %s, sampler %s",
                  runner.kv.nbytes / 2**20, cfg.max_batch, t.num_layers, t.hidden_size,
                  "on" if self.native_kernels else "off", "on" if loaded.sampler else "off")

@@ -47,6 +47,7 @@ class Loaded:
 def load(cfg: EngineConfig) -> Loaded:
     """The checkpoint, its codec (here or in its process), tokenizer, kernels and thread plan."""
     lexicon = Lexicon.load(cfg.lexicon) if cfg.lexicon else None  # a bad file stops the start before it began
+    aligner_dir = resolve(cfg.aligner, check=aligner_files) if cfg.aligner else None  # and so does a missing file
     device = resolve_device(cfg.device)
     path = ensure_tiny(cfg.cache_dir) if cfg.model == "tiny" else resolve(cfg.model, cfg.revision)
     talker = load_talker(path, device, resolve_dtype(cfg.dtype, device), cfg.quantize, batches=cfg.max_batch > 1)
@@ -74,7 +75,7 @@ def load(cfg: EngineConfig) -> Loaded:
         frontend.detector.detect("Warm up.")  # Lingua's models load now, not in a request on the event loop
     sampler = load_sampling_kernel() if native else None
     voices = VoiceProcess(path) if frontend.kind is VoiceKind.BASE else None
-    aligner = AlignerProcess(resolve(cfg.aligner, check=aligner_files), usable_cores()) if cfg.aligner else None
+    aligner = AlignerProcess(aligner_dir, usable_cores()) if aligner_dir else None
     return Loaded(path, talker, codec, process, frontend, device, sample_rate, sampler, threads, voices, aligner)
 
 

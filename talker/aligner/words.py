@@ -14,9 +14,11 @@ Both follow the official `qwen-asr` package (`Qwen3ForceAlignProcessor`), whose 
 
 from __future__ import annotations
 
+import threading
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -75,11 +77,31 @@ def split_words(text: str, language: str | None) -> list[str]:
 
 
 def _japanese(text: str) -> list[str]:
-    try:
-        import nagisa  # type: ignore[import-not-found,import-untyped,unused-ignore]
-    except ImportError:  # no tagger: a Japanese text is cut as a CJK one
+    tagger = _nagisa()
+    if tagger is None:  # no tagger: a Japanese text is cut as a CJK one
         return split_words(text, None)
-    return [w for w in (_clean(word) for word in nagisa.tagging(text).words) if w]
+    return [w for w in (_clean(word) for word in tagger.tagging(text).words) if w]
+
+
+_TAGGER: list[Any] = []  # nagisa once imported (None: not installed)
+
+
+def _nagisa() -> Any:
+    """nagisa, imported on a thread of its own: its native library is built with -ffast-math, and loading it turns
+    on flush-to-zero for the thread that loads it and the threads that thread starts later. On the caller's thread
+    that would change float results (the aligner's after its first Japanese text; hypothesis refuses to run)."""
+    if not _TAGGER:
+        def load() -> None:
+            try:
+                import nagisa  # type: ignore[import-not-found,import-untyped,unused-ignore]
+            except ImportError:
+                nagisa = None
+            _TAGGER.append(nagisa)
+
+        thread = threading.Thread(target=load, name="nagisa-import")
+        thread.start()
+        thread.join()
+    return _TAGGER[0]
 
 
 def repair(times: Sequence[float]) -> list[int]:

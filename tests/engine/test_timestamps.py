@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
+import shutil
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +18,7 @@ from engine.engine import Engine
 from output_builder.streams import AudioStream, Timestamps
 from talker.aligner.aligner import Aligner
 from talker.aligner.words import Clip
+from talker.models.qwen3_tts.config import CheckpointError
 from talker.request import FinishReason, RequestError, SpeechRequest, StreamingSpeechRequest
 from tests.talker.test_aligner import CHECKPOINT
 
@@ -106,3 +110,16 @@ async def test_timestamps_need_an_aligner_and_a_whole_text(engine: Engine, align
     with pytest.raises(RequestError, match="arrives over time") as err:
         aligned.submit(StreamingSpeechRequest(text="Hello", voice="aria", timestamps=True))
     assert err.value.param == "timestamps"
+
+
+async def test_an_aligner_that_cannot_be_used_stops_the_start(engine_config: EngineConfig, tmp_path: Path) -> None:
+    broken = tmp_path / "aligner"
+    shutil.copytree(CHECKPOINT, broken)
+    (broken / "config.json").write_text(json.dumps({"model_type": "qwen3_asr"}))  # no thinker_config
+    for directory, said in ((tmp_path, "missing config.json"), (broken, "not a Qwen3-ForcedAligner checkpoint")):
+        e = Engine(dataclasses.replace(engine_config, aligner=str(directory)))
+        try:
+            with pytest.raises(CheckpointError, match=said):
+                await e.start()
+        finally:
+            await e.stop()
