@@ -27,7 +27,8 @@ RATE = 24000
 
 @pytest.fixture
 async def aligned(engine_config: EngineConfig) -> AsyncIterator[Engine]:
-    e = Engine(dataclasses.replace(engine_config, aligner=str(CHECKPOINT)))
+    # a segment holds at most 20 text tokens (160 frames): a short text makes several segments
+    e = Engine(dataclasses.replace(engine_config, aligner=str(CHECKPOINT), max_frames=160))
     await e.start()
     yield e
     await e.stop()
@@ -69,6 +70,8 @@ def check(audio: np.ndarray, stamps: list[Timestamps], heard: list[int], aligner
 
 
 async def test_each_segment_is_timed_on_its_own_audio(aligned: Engine, reference: Aligner) -> None:
+    """(One engine for these checks: each start costs seconds.)"""
+    # 1. pauses: each part a segment, its words after its audio, offset by where it starts
     text = "[pause:0.5] Hello there, how are you today? [pause:1] The quick brown fox jumps over the lazy dog."
     stream = aligned.submit(request(text, "ts", language="english"))
     audio, stamps, heard = await read(stream)
@@ -81,34 +84,31 @@ async def test_each_segment_is_timed_on_its_own_audio(aligned: Engine, reference
     plain = aligned.submit(request(text, "plain", timestamps=False, language="english"))
     again, none, _ = await read(plain)
     assert np.array_equal(audio, again) and none == []  # the same audio; nothing for a request that did not ask
-
-
-async def test_a_long_text_has_one_event_per_segment(aligned: Engine, reference: Aligner) -> None:
+    # 2. a long text: one event per segment, in order
     loaded = aligned._loaded
     assert loaded is not None
-    text = " ".join(f"Sentence number {n} is here to make the text long." for n in range(12))
+    text = " ".join(f"Sentence number {n} is here to make the text long." for n in range(4))
     segments = loaded.frontend.prepare(request(text, "probe", language="english")).texts
-    assert len(segments) > 1
+    assert len(segments) > 2
     audio, stamps, heard = await read(aligned.submit(request(text, "long", language="english")))
     assert [ts.text for ts in stamps] == list(segments)
     assert all(a.end <= b.start for a, b in itertools.pairwise(stamps))
     check(audio, stamps, heard, reference)
-
-
-async def test_a_cancelled_request_ends_at_once(aligned: Engine) -> None:
+    # 3. a cancelled request ends at once, its timestamps never awaited
     stream = aligned.submit(request("Hello there, how are you today?", "gone"))
     await anext(stream)
     stream.cancel()
     assert stream.done and stream.finish_reason is FinishReason.CANCELLED
     assert [item async for item in stream.events()] == []
-
-
-async def test_timestamps_need_an_aligner_and_a_whole_text(engine: Engine, aligned: Engine) -> None:
-    with pytest.raises(RequestError, match="--aligner") as err:
-        engine.submit(request("Hello.", "no-aligner"))
-    assert err.value.param == "timestamps"
+    # 4. a text that arrives over time has no segments to time
     with pytest.raises(RequestError, match="arrives over time") as err:
         aligned.submit(StreamingSpeechRequest(text="Hello", voice="aria", timestamps=True))
+    assert err.value.param == "timestamps"
+
+
+async def test_timestamps_need_an_aligner(engine: Engine) -> None:
+    with pytest.raises(RequestError, match="--aligner") as err:
+        engine.submit(request("Hello.", "no-aligner"))
     assert err.value.param == "timestamps"
 
 
