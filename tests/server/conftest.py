@@ -28,7 +28,7 @@ from server.state import state_of
 from server.voice_store import Quota
 
 API_KEY = "test-key-123"
-READY_TIMEOUT_S = 120.0  # a failure bound: a loaded machine (the suite on two workers beside the capability runs) starts slowly
+READY_TIMEOUT_S = 120.0  # a failure bound: starts are slow under the whole suite's load
 _DATA_DIR = Path(tempfile.gettempdir()) / f"talkstream-test-data-{os.getpid()}"
 
 
