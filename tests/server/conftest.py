@@ -102,9 +102,14 @@ def server_config(tiny_cache: Path, tiny_dir: Path) -> EngineConfig:
     return EngineConfig(model="tiny", device="cpu", cache_dir=tiny_cache, max_batch=32, max_queue=32)
 
 
+ALIGNER = Path(__file__).resolve().parents[1] / "fixtures" / "official" / "qwen3-forced-aligner-tiny-official"
+
+
 @pytest.fixture(scope="session")
 def live(server_config: EngineConfig) -> Iterator[LiveServer]:
-    server = start_server(server_config)
+    """The shared server; it times words too (the tiny forced aligner), which a request that does not ask never
+    touches, so the one server serves the timestamps tests and every other (servers cost seconds to start)."""
+    server = start_server(replace(server_config, aligner=str(ALIGNER)))
     yield server
     try:  # after everything the suite did to it, the server is still healthy and holds nothing
         assert httpx.get(server.url + "/health", timeout=5).status_code == 200

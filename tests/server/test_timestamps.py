@@ -7,8 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,23 +15,15 @@ import numpy as np
 import openai
 import pytest
 
-from engine.config import EngineConfig
 from server import cli
 from talker.aligner.aligner import Aligner
 from talker.aligner.words import Clip
-from tests.server.conftest import LiveServer, start_server
+from tests.server.conftest import LiveServer
 from tests.talker.test_aligner import CHECKPOINT
 
 BODY = {"model": "tts-1", "voice": "alloy", "temperature": 0.0, "response_format": "pcm", "seed": 7,
         "language": "english"}
 TEXT = "Hello there, how are you today? [pause:0.5] The quick brown fox jumps over the lazy dog."
-
-
-@pytest.fixture(scope="module")
-def aligned(server_config: EngineConfig) -> Iterator[LiveServer]:
-    server = start_server(replace(server_config, aligner=str(CHECKPOINT), max_batch=4, max_queue=4))
-    yield server
-    server.stop()
 
 
 def events(url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -47,8 +37,8 @@ def audio_of(evs: list[dict[str, Any]]) -> np.ndarray:
                          "<i2")
 
 
-def test_each_segment_s_words_are_the_aligner_s_on_its_served_audio(aligned: LiveServer) -> None:
-    evs = events(aligned.url, {**BODY, "input": TEXT, "stream_format": "sse", "timestamps": "word"})
+def test_each_segment_s_words_are_the_aligner_s_on_its_served_audio(live: LiveServer) -> None:
+    evs = events(live.url, {**BODY, "input": TEXT, "stream_format": "sse", "timestamps": "word"})
     kinds = [e["type"] for e in evs]
     assert kinds[-1] == "speech.audio.done" and evs[-1]["status"] == "completed"
     stamps = [e for e in evs if e["type"] == "speech.audio.timestamps"]
@@ -65,35 +55,35 @@ def test_each_segment_s_words_are_the_aligner_s_on_its_served_audio(aligned: Liv
         assert s["words"] == [{"word": w.word, "start": round(w.start + s["start"], 3),
                                "end": round(w.end + s["start"], 3)} for w in words]
     assert stamps[1]["start"] >= stamps[0]["end"] + 0.5  # the pause between them
-    plain = httpx.post(aligned.url + "/v1/audio/speech", json={**BODY, "input": TEXT}, timeout=120)
+    plain = httpx.post(live.url + "/v1/audio/speech", json={**BODY, "input": TEXT}, timeout=120)
     assert plain.content == audio.tobytes()  # the same audio without timestamps
     assert kinds.index("speech.audio.delta") < kinds.index("speech.audio.timestamps")
 
 
-def test_times_follow_the_speed(aligned: LiveServer) -> None:
+def test_times_follow_the_speed(live: LiveServer) -> None:
     body = {**BODY, "input": "Hello there, how are you today?", "stream_format": "sse", "timestamps": "word"}
-    [normal] = [e for e in events(aligned.url, body) if e["type"] == "speech.audio.timestamps"]
-    [fast] = [e for e in events(aligned.url, {**body, "speed": 2.0}) if e["type"] == "speech.audio.timestamps"]
+    [normal] = [e for e in events(live.url, body) if e["type"] == "speech.audio.timestamps"]
+    [fast] = [e for e in events(live.url, {**body, "speed": 2.0}) if e["type"] == "speech.audio.timestamps"]
     assert fast["words"] == [{"word": w["word"], "start": round(w["start"] / 2, 3), "end": round(w["end"] / 2, 3)}
                              for w in normal["words"]]
     assert fast["end"] == round(normal["end"] / 2, 3)
 
 
-def test_bad_asks_are_400s_naming_timestamps(aligned: LiveServer, live: LiveServer) -> None:
-    cases = [(aligned, {"timestamps": "word"}, "stream_format"),  # a plain audio stream has no place for them
-             (aligned, {"timestamps": "segment", "stream_format": "sse"}, "word"),
-             (live, {"timestamps": "word", "stream_format": "sse"}, "--aligner")]  # a server without an aligner
-    for server, extra, said in cases:
-        resp = httpx.post(server.url + "/v1/audio/speech", json={**BODY, "input": "Hello.", **extra}, timeout=30)
+def test_bad_asks_are_400s_naming_timestamps(live: LiveServer) -> None:
+    """(A server without an aligner: tests/server/test_web_page.py::test_the_api_key_field_and_created_voices.)"""
+    cases = [({"timestamps": "word"}, "stream_format"),  # a plain audio stream has no place for them
+             ({"timestamps": "segment", "stream_format": "sse"}, "word")]
+    for extra, said in cases:
+        resp = httpx.post(live.url + "/v1/audio/speech", json={**BODY, "input": "Hello.", **extra}, timeout=30)
         error = resp.json()["error"]
         assert resp.status_code == 400 and error["param"] == "timestamps" and said in error["message"], error
 
 
-def test_say_prints_the_words_times(aligned: LiveServer, tmp_path: Path, tiny_cache: Path,
+def test_say_prints_the_words_times(live: LiveServer, tmp_path: Path, tiny_cache: Path,
                                     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     text = "Hello there, how are you today?"
     args = ["say", text, "-o", str(tmp_path / "x.wav"), "--seed", "3", "--timestamps"]
-    assert cli.main([*args, "--url", aligned.url]) == 0
+    assert cli.main([*args, "--url", live.url]) == 0
     remote = capsys.readouterr().out.splitlines()
     assert [line.split("\t")[2] for line in remote] == ["Hello", "there", "how", "are", "you", "today"]
     assert all(float(a) <= float(b) for a, b, _ in (line.split("\t") for line in remote))
@@ -103,13 +93,13 @@ def test_say_prints_the_words_times(aligned: LiveServer, tmp_path: Path, tiny_ca
     assert capsys.readouterr().out.splitlines() == remote  # the same speech, timed the same
 
 
-def test_realtime_sends_each_segment_s_words_and_the_sdk_takes_them(aligned: LiveServer) -> None:
+def test_realtime_sends_each_segment_s_words_and_the_sdk_takes_them(live: LiveServer) -> None:
     """Over the official SDK's own Realtime connection: `response.output_audio.timestamps` after the segment's audio
     (the SDK has no model of it and hands it over with its fields as sent), the same words as over SSE."""
     text = "Hello there, how are you today?"
-    sse = [e for e in events(aligned.url, {**BODY, "input": text, "stream_format": "sse", "timestamps": "word"})
+    sse = [e for e in events(live.url, {**BODY, "input": text, "stream_format": "sse", "timestamps": "word"})
            if e["type"] == "speech.audio.timestamps"]
-    client = openai.OpenAI(base_url=aligned.url + "/v1", api_key="unused")
+    client = openai.OpenAI(base_url=live.url + "/v1", api_key="unused")
     with client.realtime.connect(model="tts-1") as conn:
         conn.session.update(session={"type": "realtime", "timestamps": "word", "temperature": 0.0, "seed": 7,
                                      "language": "english", "voice": "alloy"})  # type: ignore[typeddict-unknown-key]
@@ -130,11 +120,11 @@ def test_realtime_sends_each_segment_s_words_and_the_sdk_takes_them(aligned: Liv
     assert seen[-1].response.status == "completed"
 
 
-def test_the_readme_captions_example_works_as_written(aligned: LiveServer, tmp_path: Path,
+def test_the_readme_captions_example_works_as_written(live: LiveServer, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     [code] = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "def speech_with_words" in b]
-    monkeypatch.setenv("TALKSTREAM_URL", aligned.url)
+    monkeypatch.setenv("TALKSTREAM_URL", live.url)
     monkeypatch.chdir(tmp_path)
     scope: dict[str, Any] = {}
     exec(compile(code, "README.md", "exec"), scope)  # the README's own example, as a user runs it

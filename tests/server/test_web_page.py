@@ -24,7 +24,6 @@ from engine.config import EngineConfig
 from tests.conftest import OFFICIAL_VD
 from tests.server.conftest import API_KEY, LiveServer, start_server
 from tests.server.leaks import scrape, wait_no_leaks
-from tests.talker.test_aligner import CHECKPOINT as ALIGNER
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -240,13 +239,9 @@ def test_the_page_shows_how_the_text_was_read_out(page: Page, live: LiveServer) 
     assert figure(page, "samples") == expected  # the events' audio is the plain stream's
 
 
-def test_the_page_highlights_each_word_as_it_is_heard(page: Page, live: LiveServer,
-                                                     server_config: EngineConfig) -> None:
+def test_the_page_highlights_each_word_as_it_is_heard(page: Page, live: LiveServer) -> None:
     """The tiny aligner's weights are random, so its times fall anywhere in 400 s: the server's events are passed on
     with each segment's words spread over the segment's own span, so that playing the audio walks through them."""
-    open_page(page, live.url + "/")
-    expect(page.get_by_label("Highlight each word as it is heard")).to_be_disabled()  # no aligner here
-    aligned = start_server(replace(server_config, aligner=str(ALIGNER), max_batch=2, max_queue=2))
     sent: list[dict[str, object]] = []
 
     def spread(route: Route) -> None:
@@ -263,19 +258,16 @@ def test_the_page_highlights_each_word_as_it_is_heard(page: Page, live: LiveServ
             lines.append(line)
         route.fulfill(response=response, body="\n".join(lines))
 
-    try:
-        page.route("**/v1/audio/speech", spread)
-        open_page(page, aligned.url + "/")
-        choose(page, text="Hello there, how are you today?")
-        page.get_by_label("Highlight each word as it is heard").check()
-        page.get_by_role("button", name="Speak").click()
-        expect(result(page)).to_have_attribute("data-state", "done")
-        words = [str(w["word"]) for e in sent for w in e["words"]]  # type: ignore[attr-defined]
-        assert words == ["Hello", "there", "how", "are", "you", "today"]
-        expect(page.locator("#words span")).to_have_text(words)
-        expect(page.locator("#words span[aria-current]")).to_have_text(words[-1])  # the last word heard last
-    finally:
-        aligned.stop()
+    page.route("**/v1/audio/speech", spread)
+    open_page(page, live.url + "/")  # the shared server times words (tests/server/conftest.py)
+    choose(page, text="Hello there, how are you today?")
+    page.get_by_label("Highlight each word as it is heard").check()
+    page.get_by_role("button", name="Speak").click()
+    expect(result(page)).to_have_attribute("data-state", "done")
+    words = [str(w["word"]) for e in sent for w in e["words"]]  # type: ignore[attr-defined]
+    assert words == ["Hello", "there", "how", "are", "you", "today"]
+    expect(page.locator("#words span")).to_have_text(words)
+    expect(page.locator("#words span[aria-current]")).to_have_text(words[-1])  # the last word heard last
 
 
 def test_stop_cancels_and_the_server_frees_the_request(page: Page, live: LiveServer) -> None:
@@ -336,6 +328,12 @@ def test_the_api_key_field_and_created_voices(keyed: LiveServer, page: Page) -> 
     page.keyboard.press("Enter")  # loads the voices with the key (it does not speak)
     expect(page.locator("#status")).to_have_text("Ready.")
     expect(page.get_by_role("alert")).to_be_hidden()
+    expect(page.get_by_label("Highlight each word as it is heard")).to_be_disabled()  # this server has no aligner
+    resp = httpx.post(keyed.url + "/v1/audio/speech", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30,
+                      json={"model": "tts-1", "voice": "alloy", "input": "Hi.", "stream_format": "sse",
+                            "timestamps": "word"})
+    error = resp.json()["error"]
+    assert resp.status_code == 400 and error["param"] == "timestamps" and "--aligner" in error["message"]
     calm = page.locator("#voice optgroup[label='Created'] option")
     expect(calm).to_have_text(["Calm"])
     page.get_by_label("Voice").select_option(label="Calm")
