@@ -2,7 +2,7 @@
 batched with whatever else is due by then, on a thread of its own that waits for the process. A segment's words come
 back into its request's stream, after that segment's audio; a request that did not ask pays nothing.
 
-The aligner process runs under SCHED_IDLE (talker/aligner/process.py): it takes what the Talker and the
+The aligner process runs under SCHED_IDLE once loaded (talker/aligner/process.py): it takes what the Talker and the
 codec leave, so timestamps may trail the audio under load, but the audio never waits for them."""
 
 from __future__ import annotations

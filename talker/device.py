@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -112,15 +113,17 @@ def lower_priority(nice: int) -> None:
 
 
 def idle_only() -> None:
-    """The calling thread, and threads it starts later, run only when a CPU has nothing else to run (Linux's
-    SCHED_IDLE: a waking thread of any other policy preempts it at once, where nice 19 still takes a share and a
-    time slice); elsewhere the lowest nice value."""
-    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
+    """Every thread of this process (a thread pool the process already started too), and the threads they start
+    later, run only when a CPU has nothing else to run (Linux's SCHED_IDLE: a waking thread of any other policy
+    preempts them at once, where nice 19 still takes a share and a time slice); elsewhere the lowest nice value."""
+    tasks = Path("/proc/self/task")
+    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE") and tasks.is_dir():
         try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            for tid in tasks.iterdir():
+                os.sched_setscheduler(int(tid.name), os.SCHED_IDLE, os.sched_param(0))
             return
         except OSError as exc:
-            log.warning("could not run %s under SCHED_IDLE: %s", threading.current_thread().name, exc)
+            log.warning("could not run the process under SCHED_IDLE: %s", exc)
     lower_priority(19)
 
 

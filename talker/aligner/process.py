@@ -45,12 +45,12 @@ def _serve(conn: Connection, directory: Path, threads: int) -> None:
     from talker.device import idle_only
 
     torch.set_num_threads(threads)
-    idle_only()
     try:
         aligner: Aligner | None = Aligner(directory)
         problem = ""
     except Exception as exc:
         aligner, problem = None, f"{type(exc).__name__}: {exc}"
+    idle_only()  # after the load: under SCHED_IDLE on a busy machine the load itself starved (100 s for tiny's)
     while (message := conn.recv()) is not None:
         if aligner is None:
             conn.send(("failed", problem))

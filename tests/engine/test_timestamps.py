@@ -13,10 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.aligning import Alignment
 from engine.config import EngineConfig
 from engine.engine import Engine
 from output_builder.streams import AudioStream, Timestamps
 from talker.aligner.aligner import Aligner
+from talker.aligner.process import AlignerProcess
 from talker.aligner.words import Clip
 from talker.models.qwen3_tts.config import CheckpointError
 from talker.request import FinishReason, RequestError, SpeechRequest, StreamingSpeechRequest
@@ -113,13 +115,18 @@ async def test_timestamps_need_an_aligner(engine: Engine) -> None:
 
 
 async def test_an_aligner_that_cannot_be_used_stops_the_start(engine_config: EngineConfig, tmp_path: Path) -> None:
-    broken = tmp_path / "aligner"
+    e = Engine(dataclasses.replace(engine_config, aligner=str(tmp_path)))  # no checkpoint: refused before any start
+    try:
+        with pytest.raises(CheckpointError, match=r"missing config\.json"):
+            await e.start()
+    finally:
+        await e.stop()
+    broken = tmp_path / "aligner"  # the files are there, but the process cannot load them: the start fails too
     shutil.copytree(CHECKPOINT, broken)
     (broken / "config.json").write_text(json.dumps({"model_type": "qwen3_asr"}))  # no thinker_config
-    for directory, said in ((tmp_path, "missing config.json"), (broken, "not a Qwen3-ForcedAligner checkpoint")):
-        e = Engine(dataclasses.replace(engine_config, aligner=str(directory)))
-        try:
-            with pytest.raises(CheckpointError, match=said):
-                await e.start()
-        finally:
-            await e.stop()
+    alignment = Alignment(AlignerProcess(broken, 1), RATE)
+    try:
+        with pytest.raises(CheckpointError, match="not a Qwen3-ForcedAligner checkpoint"):
+            await alignment.start()
+    finally:
+        await alignment.close()
