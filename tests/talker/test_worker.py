@@ -34,7 +34,9 @@ ARRIVES_AT = 3  # b is submitted while a's 4th step is in flight
 class Recorder:
     """The worker's publisher: per request, (step, codes [G]) in publication order."""
 
-    def __init__(self) -> None:
+    def __init__(self, eos: int, limits: dict[str, int]) -> None:
+        self.eos, self.limits = eos, limits
+        self.ended = {rid: threading.Event() for rid in limits}  # set at a request's EOS frame or frame cap
         self.rows: defaultdict[str, list[tuple[int, np.ndarray]]] = defaultdict(list)
         self.order: list[tuple[int, tuple[str, ...]]] = []
         self.errors: list[BaseException] = []
@@ -49,6 +51,8 @@ class Recorder:
         self.order.append((snap.step, ids))
         for row, rid in enumerate(ids):
             self.rows[rid].append((snap.step, snap.codes[row].numpy().copy()))
+            if self.rows[rid][-1][1][0] == self.eos or len(self.rows[rid]) == self.limits[rid]:
+                self.ended[rid].set()
         snap.release()
 
 
@@ -68,7 +72,7 @@ def run(loaded: LoadedTalker, tiny_dir: Path, midstep: bool, with_b: bool = True
     """a alone, then b submitted from inside a's step ARRIVES_AT (before its code predictor runs); `abort_a`: an
     abort of a arrives just before; `fail_b`: b's first step raises; `a_frames`: a's frame cap. Without mid-step
     prefill, b is prefilled at the next boundary, in a step of its own that a sits out."""
-    recorder = Recorder()
+    recorder = Recorder(loaded.cfg.codec.eos, {"a": a_frames or FRAMES["a"], "b": FRAMES["b"]})
     runner = Runner(loaded.model.talker, loaded.cfg, 4, 256, 256, CPU, torch.float32)
     worker = TalkerWorker(runner, DeviceLayer(CPU), 4, recorder, loaded.cfg.codec.eos, prefill_midstep=midstep)
     a = seq_for(loaded, tiny_dir, "a", "the quick brown fox jumps over the lazy dog", 1, a_frames)
@@ -90,14 +94,13 @@ def run(loaded: LoadedTalker, tiny_dir: Path, midstep: bool, with_b: bool = True
     worker.fault_hook = hook
     worker.start()
     worker.send(Submit((a,)))
+    # the requests that run to their end: a unless aborted, b unless its prefill fails
+    ending = [rid for rid, runs in (("a", not abort_a), ("b", with_b and not fail_b)) if runs]
     try:
         if with_b:
             assert submitted.wait(30)
-        deadline = threading.Event()
-        for _ in range(300):
-            if not worker.scheduler.all_seqs() and worker.inbox.empty():
-                break
-            deadline.wait(0.05)
+        for rid in ending:
+            assert recorder.ended[rid].wait(60), f"{rid} did not end"
     finally:
         worker.send(Stop())
         assert worker.join(30)
