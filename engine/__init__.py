@@ -52,11 +52,21 @@ __all__ = [
 ]
 
 
-def resolve_checkpoint(model: str, revision: str | None = None, refresh: bool = False) -> Path:
-    """A checkpoint directory, or a Hugging Face Hub id fetched into (or found in) the Hub cache."""
-    from talker.models.hub import resolve
+def resolve_checkpoint(model: str, revision: str | None = None, refresh: bool = False,
+                       cache_dir: Path | None = None) -> Path:
+    """A checkpoint directory (a Talker's or a forced aligner's), or a Hugging Face Hub id fetched into (or found in)
+    the Hub cache. For a forced aligner, the official Korean word list is fetched into `cache_dir` too (default the
+    server's), so that a server started offline later has it."""
+    from talker.aligner.korean import find_wordlist
+    from talker.aligner.model import checked as aligner_files
+    from talker.aligner.model import is_aligner
+    from talker.models.hub import checked, resolve
 
-    return resolve(model, revision, refresh=refresh)
+    path = resolve(model, revision, refresh=refresh,
+                   check=lambda d: aligner_files(d) if is_aligner(d) else checked(d))
+    if is_aligner(path):
+        find_wordlist(path, cache_dir or default_cache_dir())
+    return path
 
 
 def __getattr__(name: str) -> Any:

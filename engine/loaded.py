@@ -75,7 +75,7 @@ def load(cfg: EngineConfig) -> Loaded:
         frontend.detector.detect("Warm up.")  # Lingua's models load now, not in a request on the event loop
     sampler = load_sampling_kernel() if native else None
     voices = VoiceProcess(path) if frontend.kind is VoiceKind.BASE else None
-    aligner = AlignerProcess(aligner_dir, usable_cores()) if aligner_dir else None
+    aligner = AlignerProcess(aligner_dir, usable_cores(), cfg.cache_dir) if aligner_dir else None
     return Loaded(path, talker, codec, process, frontend, device, sample_rate, sampler, threads, voices, aligner)
 
 

@@ -28,6 +28,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "official"  # written 
 OFFICIAL_TINY = FIXTURES / "qwen3-tts-tiny-official-cv"
 OFFICIAL_BASE = FIXTURES / "qwen3-tts-tiny-official-base"  # voice cloning (issue 21)
 OFFICIAL_VD = FIXTURES / "qwen3-tts-tiny-official-vd"  # VoiceDesign
+OFFICIAL_ALIGNER = FIXTURES / "qwen3-forced-aligner-tiny-official"  # word timestamps (issue 36)
 VOICE_REF = FIXTURES / "voice-ref-a.wav"
 VOICE_REF_TEXT = "Okay. Yeah. I resent you. I love you. I respect you."
 
@@ -40,6 +41,17 @@ def tiny_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_dir(tiny_cache: Path) -> Path:
     return ensure_tiny(tiny_cache)
+
+
+@pytest.fixture(scope="session")
+def korean_wordlist(tiny_cache: Path) -> Path:
+    """The official Korean word list, fetched from PyPI into the session's cache as a server would fetch it (a server
+    given that cache finds it there)."""
+    from talker.aligner.korean import find_wordlist
+
+    path = find_wordlist(OFFICIAL_ALIGNER, tiny_cache)
+    assert path is not None, "could not fetch the official qwen-asr wheel from PyPI (see the log)"
+    return path
 
 
 @pytest.fixture

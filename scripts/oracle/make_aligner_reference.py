@@ -1,6 +1,6 @@
 """Write tests/fixtures/aligner_reference.json: the official forced aligner's words and times for more cases than
-its fixture's own reference.json (other languages, a clip over 8 s, a 24 kHz clip), with the tiny checkpoint in
-tests/fixtures/official/.
+its fixture's own reference.json (other languages, Korean among them, a clip over 8 s, a 24 kHz clip), with the tiny
+checkpoint in tests/fixtures/official/, and the official Korean words of more texts.
 
     scripts/oracle/setup-aligner                    # builds .asr-oracle-venv (qwen-asr 0.0.6)
     .asr-oracle-venv/bin/python scripts/oracle/make_aligner_reference.py
@@ -25,7 +25,7 @@ CHECKPOINT = SHARED / "qwen3-forced-aligner-tiny-official"
 OUT = ROOT / "tests" / "fixtures" / "aligner_reference.json"
 
 sys.path.insert(0, str(ROOT / "tests" / "talker"))
-from aligner_clips import CASES, clip  # noqa: E402  (shared with the test that reads this file)
+from aligner_clips import CASES, KOREAN_TEXTS, clip  # noqa: E402  (shared with the test that reads this file)
 
 
 def main() -> None:
@@ -39,9 +39,13 @@ def main() -> None:
         words = [{"word": it.text, "start_time": it.start_time, "end_time": it.end_time} for it in result]
         cases.append({"name": name, **spec, "words": words})
         print(name, len(words), "words")
+    # the official Korean cut alone (the processor's word list and soynlp's LTokenizer)
+    korean = [{"text": text, "words": aligner.aligner_processor.encode_timestamp(text, "korean")[0]}
+              for text in KOREAN_TEXTS]
     import importlib.metadata as md
-    made = {k: md.version(k) for k in ("qwen-asr", "transformers", "torch", "nagisa")}
-    OUT.write_text(json.dumps({"made_with": made, "cases": cases}, ensure_ascii=False, indent=1) + "\n")
+    made = {k: md.version(k) for k in ("qwen-asr", "transformers", "torch", "nagisa", "soynlp")}
+    out = {"made_with": made, "cases": cases, "korean_words": korean}
+    OUT.write_text(json.dumps(out, ensure_ascii=False, indent=1) + "\n")
     print("wrote", OUT)
 
 

@@ -1,6 +1,6 @@
 """The forced aligner as a whole: clips and their transcripts in, each word's start and end out.
 
-1. Each clip to 16 kHz and log-mel features (`audio`), each transcript to words (`words`).
+1. Each clip to 16 kHz and log-mel features (`audio`), each transcript to words (`words`, `korean`).
 2. The prompt: `<|audio_start|>`, one `<|audio_pad|>` per audio token, `<|audio_end|>`, then each word followed by
    two `<timestamp>` tokens (the words tokenized as one text, as the official processor does).
 3. The audio encoder per clip (as the official package runs it), one decoder pass for all clips at once (left-padded).
@@ -22,7 +22,10 @@ STAMPS = "<timestamp><timestamp>"
 
 
 class Aligner:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, korean: frozenset[str] = frozenset()) -> None:
+        """`korean`: the official Korean word list's words (`korean.korean_words`); without them Korean tokens stay
+        whole."""
+        self.korean = korean
         self.model = ForcedAligner.load(directory)
         self.features = Features(directory)
         self.tokenizer = AutoTokenizer.from_pretrained(str(directory))
@@ -34,7 +37,7 @@ class Aligner:
 
     def align(self, clips: list[Clip]) -> list[list[Word]]:
         """Each clip's words with their times (a clip with no words: none)."""
-        wordlists = [split_words(c.text, c.language) for c in clips]
+        wordlists = [split_words(c.text, c.language, self.korean) for c in clips]
         todo = [i for i, words in enumerate(wordlists) if words]
         out: list[list[Word]] = [[] for _ in clips]
         if not todo:

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from talker.models.loader import read_weights
 from talker.models.qwen3_tts.config import CheckpointError, DecoderArch, read_json
-from talker.models.qwen3_tts.layers import DecoderStack, sdpa
+from talker.models.qwen3_tts.layers import DecoderStack, embedding, sdpa
 
 CHUNK = 100  # mel frames per encoder chunk (2 × n_window)
 TOKENS_PER_CHUNK = 13  # a full chunk's audio tokens: 100 → 50 → 25 → 13
@@ -77,6 +77,14 @@ class AlignerConfig:
                        tuple(str(x) for x in cfg.get("support_languages", ())))
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"malformed aligner config in {directory}: {exc!r}") from exc
+
+
+def is_aligner(directory: Path) -> bool:
+    """Whether `directory` holds a Qwen3-ASR-style checkpoint (a thinker), not a Qwen3-TTS one (a talker)."""
+    try:
+        return "thinker_config" in read_json(directory / "config.json")
+    except CheckpointError:
+        return False
 
 
 def checked(directory: Path) -> Path:
@@ -183,7 +191,7 @@ class ForcedAligner(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.audio_tower = AudioEncoder(cfg.encoder)
-        self.embed_tokens = nn.Embedding(cfg.decoder.vocab_size, cfg.decoder.hidden_size)
+        self.embed_tokens = embedding(cfg.decoder.vocab_size, cfg.decoder.hidden_size)
         self.model = DecoderStack(cfg.decoder)
         self.lm_head = nn.Linear(cfg.decoder.hidden_size, cfg.classes, bias=False)
 

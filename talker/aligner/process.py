@@ -1,7 +1,8 @@
 """The aligner process: a child that runs the forced aligner (talker/aligner/aligner.py) under SCHED_IDLE, so that it
 only takes the CPU the Talker and the codec leave (the parent's side is talker/model_process.py's).
 
-Down the pipe: ("languages",) (loads the checkpoint: the engine asks at start), ("align", clips), or None to stop.
+Down the pipe: ("languages",) (loads the checkpoint and finds the Korean word list: the engine asks at start),
+("align", clips), or None to stop.
 Back: ("ok", value) or ("failed", text)."""
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ Timed = list[tuple[str, float, float]]  # a clip's (word, start, end), seconds f
 class AlignerProcess(ModelProcess):
     module, what, code = "talker.aligner.process", "aligner", "aligner"
 
-    def __init__(self, directory: Path, threads: int, timeout_s: float = CALL_TIMEOUT_S) -> None:
-        super().__init__(directory, timeout_s, (str(threads),))
+    def __init__(self, directory: Path, threads: int, cache_dir: Path, timeout_s: float = CALL_TIMEOUT_S) -> None:
+        """`cache_dir`: where the official Korean word list is kept (fetched there by the child, if need be)."""
+        super().__init__(directory, timeout_s, (str(threads), str(cache_dir)))
 
     def languages(self) -> tuple[str, ...]:
         """The checkpoint's languages; starts the child and loads the checkpoint (RequestFailedError if it cannot)."""
@@ -38,15 +40,18 @@ class AlignerProcess(ModelProcess):
         return timed
 
 
-def _serve(conn: Connection, directory: Path, threads: int) -> None:
+def _serve(conn: Connection, directory: Path, threads: int, cache_dir: Path) -> None:
     import torch
 
     from talker.aligner.aligner import Aligner
+    from talker.aligner.korean import korean_words
     from talker.device import idle_only
 
     torch.set_num_threads(threads)
     try:
-        aligner: Aligner | None = Aligner(directory)
+        loaded = Aligner(directory)
+        loaded.korean = korean_words(directory, cache_dir)  # once the checkpoint is known to load
+        aligner: Aligner | None = loaded
         problem = ""
     except Exception as exc:
         aligner, problem = None, f"{type(exc).__name__}: {exc}"
@@ -68,4 +73,4 @@ def _serve(conn: Connection, directory: Path, threads: int) -> None:
 if __name__ == "__main__":
     die_with_parent(int(sys.argv[3]))
     with contextlib.suppress(EOFError, OSError):  # the parent is gone
-        _serve(Connection(int(sys.argv[1])), Path(sys.argv[2]), int(sys.argv[4]))
+        _serve(Connection(int(sys.argv[1])), Path(sys.argv[2]), int(sys.argv[4]), Path(sys.argv[5]))

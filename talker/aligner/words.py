@@ -4,8 +4,8 @@ Both follow the official `qwen-asr` package (`Qwen3ForceAlignProcessor`), whose 
 
 - Whitespace-separated tokens lose every character that is not a letter, a digit or an apostrophe (so "3.14" is
   "314" and "co-op" "coop": punctuation inside a token is deleted, not split on); each CJK ideograph is a word of
-  its own. Japanese is cut by nagisa's tagger, where it is installed; Korean by whitespace (the official package
-  scores Korean splits with a dictionary it ships, which this project does not carry).
+  its own. Japanese is cut by nagisa's tagger, where it is installed; Korean after each token's longest head on the
+  official word list (`korean`), its Hanja left whole.
 - The model predicts one time class per `<timestamp>` slot, two per word (start, end), not always in order. The
   longest non-decreasing run of slots is kept; a gap of one or two slots takes its nearer kept neighbour (the left
   one on a tie), a longer gap is filled on the straight line between its neighbours; times are whole milliseconds,
@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from talker.aligner.korean import split_korean
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +58,13 @@ def _clean(token: str) -> str:
     return "".join(ch for ch in token if _kept(ch))
 
 
-def split_words(text: str, language: str | None) -> list[str]:
-    """The units the aligner times, in order."""
-    if (language or "").lower() == "japanese":
+def split_words(text: str, language: str | None, korean: frozenset[str] = frozenset()) -> list[str]:
+    """The units the aligner times, in order (`korean`: the official Korean word list, for Korean texts)."""
+    lang = (language or "").lower()
+    if lang == "japanese":
         return _japanese(text)
+    if lang == "korean":
+        return [w for w in map(_clean, split_korean(text, korean)) if w]
     words: list[str] = []
     for token in text.split():
         run = ""

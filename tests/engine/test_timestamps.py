@@ -124,7 +124,7 @@ async def test_an_aligner_that_cannot_be_used_stops_the_start(engine_config: Eng
     broken = tmp_path / "aligner"  # the files are there, but the process cannot load them: the start fails too
     shutil.copytree(CHECKPOINT, broken)
     (broken / "config.json").write_text(json.dumps({"model_type": "qwen3_asr"}))  # no thinker_config
-    alignment = Alignment(AlignerProcess(broken, 1), RATE)
+    alignment = Alignment(AlignerProcess(broken, 1, tmp_path / "cache"), RATE)
     try:
         with pytest.raises(CheckpointError, match="not a Qwen3-ForcedAligner checkpoint"):
             await alignment.start()

@@ -21,7 +21,21 @@ CASES: dict[str, dict[str, Any]] = {
              "text": "Okay. Yeah. I resent you. I love you. I respect you. " * 3},
     "mixed": {"audio": [VOICE], "language": "English",
               "text": "It costs twenty-five dollars — that's 25% off; Tschüss, señor 李先生."},
+    # Korean tokens cut after their longest head on the official word list (talker/aligner/korean.py)
+    "korean": {"audio": [VOICE], "language": "Korean",
+               "text": "안녕하세요, 저는 학생입니다. 서울에서 부산까지 기차로 세 시간 걸립니다!"},
+    "korean-mixed": {"audio": [TONE], "language": "Korean",
+                     "text": "대한민국의 수도는 서울이고, 2024년에 韓國語 공부를 시작했어요."},
 }
+
+# texts whose official Korean words (no audio) the reference also holds
+KOREAN_TEXTS = [
+    "프로그래밍 언어를 배우는 것은 재미있습니다",
+    "오늘 날씨가 정말 좋네요.",
+    "가 나 다라 마바사 아자차카타파하",
+    "“인공지능(AI)”은... 우리의 미래-사회를 바꿀 것입니다?!",
+    "  여러분,\t감사합니다\n",
+]
 
 
 def clip(spec: dict[str, Any], read: Callable[[Path], tuple[np.ndarray, int]], shared: Path) -> tuple[np.ndarray, int]:

@@ -1,5 +1,6 @@
 """The forced aligner (talker/aligner/) against the official qwen-asr package's outputs for its tiny checkpoint:
-the fixture's own four cases and five more (tests/fixtures/aligner_reference.json), alone and in one batch."""
+the fixture's own four cases and seven more, two of them Korean (tests/fixtures/aligner_reference.json), alone and
+in one batch."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 import soundfile as sf
 
 from talker.aligner.aligner import Aligner, Clip
+from talker.aligner.korean import read_wordlist
 from talker.aligner.model import audio_tokens
 from talker.aligner.words import repair, split_words
 from talker.models.qwen3_tts.config import CheckpointError
@@ -42,8 +44,8 @@ CASE_LIST = _cases()
 
 
 @pytest.fixture(scope="module")
-def aligner() -> Aligner:
-    return Aligner(CHECKPOINT)
+def aligner(korean_wordlist: Path) -> Aligner:
+    return Aligner(CHECKPOINT, read_wordlist(korean_wordlist))
 
 
 def _words(result: list) -> list[tuple[str, float, float]]:

@@ -21,7 +21,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tests.conftest import OFFICIAL_TINY
+from talker.aligner.korean import WORDLIST
+from tests.conftest import OFFICIAL_ALIGNER, OFFICIAL_TINY
 
 REPO = "qwen-test/tiny-cv"
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -110,6 +111,22 @@ def test_download_lands_in_the_cache_and_a_second_start_asks_nothing(mirror: Mir
                        endpoint=mirror.url, module=False)
     assert again.returncode == 0 and Path(again.stdout.strip()) == snapshot  # what `serve` and the engine call
     assert mirror.requests == []
+
+
+def test_downloading_an_aligner_also_keeps_the_korean_word_list(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forced aligner is a checkpoint `download` takes too; the official Korean word list it needs comes from the
+    official wheel on PyPI into the server's cache, so that a server started offline has it."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the server's cache: $XDG_CACHE_HOME/talkstream
+    aligner = Mirror(OFFICIAL_ALIGNER)
+    try:
+        done = talkstream("download", REPO, home=tmp_path, endpoint=aligner.url)
+    finally:
+        aligner.stop()
+    assert done.returncode == 0, done.stderr
+    assert (Path(done.stdout.strip()) / "preprocessor_config.json").is_file()
+    [wordlist] = (tmp_path / "xdg" / "talkstream").rglob(WORDLIST)
+    assert len(wordlist.read_text(encoding="utf-8").splitlines()) > 10_000
 
 
 def test_a_cached_model_serves_with_the_hub_unreachable_and_under_its_id(mirror: Mirror, tmp_path: Path) -> None:

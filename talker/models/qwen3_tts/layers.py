@@ -25,6 +25,12 @@ class KVStore(Protocol):
         ...
 
 
+def embedding(count: int, width: int) -> nn.Embedding:
+    """An embedding table left uninitialised: its weights are always loaded (built on "meta", a random init would
+    import torch._dynamo for its meta kernel: 2.5 s of every process start)."""
+    return nn.Embedding(count, width, _weight=torch.empty(count, width))
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from talker.models.qwen3_tts.config import Qwen3TTSConfig
-from talker.models.qwen3_tts.layers import DecoderStack, KVStore
+from talker.models.qwen3_tts.layers import DecoderStack, KVStore, embedding
 
 
 class ResizeMLP(nn.Module):
@@ -24,8 +24,8 @@ class ResizeMLP(nn.Module):
 class TalkerBackbone(DecoderStack):
     def __init__(self, cfg: Qwen3TTSConfig) -> None:
         super().__init__(cfg.talker)
-        self.codec_embedding = nn.Embedding(cfg.talker.vocab_size, cfg.talker.hidden_size)
-        self.text_embedding = nn.Embedding(cfg.text_vocab_size, cfg.text_hidden_size)
+        self.codec_embedding = embedding(cfg.talker.vocab_size, cfg.talker.hidden_size)
+        self.text_embedding = embedding(cfg.text_vocab_size, cfg.text_hidden_size)
 
 
 class CodePredictorModel(DecoderStack):
@@ -33,7 +33,7 @@ class CodePredictorModel(DecoderStack):
         super().__init__(cfg.predictor)
         groups = cfg.num_code_groups - 1
         self.codec_embedding = nn.ModuleList(
-            [nn.Embedding(cfg.predictor.vocab_size, cfg.talker.hidden_size) for _ in range(groups)]
+            [embedding(cfg.predictor.vocab_size, cfg.talker.hidden_size) for _ in range(groups)]
         )
 
 
