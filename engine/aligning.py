@@ -3,7 +3,8 @@ batched with whatever else is due by then, on a thread of its own that waits for
 back into its request's stream, after that segment's audio; a request that did not ask pays nothing.
 
 The aligner process runs under SCHED_IDLE once loaded (talker/aligner/process.py): it takes what the Talker and the
-codec leave, so timestamps may trail the audio under load, but the audio never waits for them."""
+codec leave, so timestamps may trail the audio under load, but the audio never waits for them. On CUDA the aligner
+runs in this process instead, on that thread and a CUDA stream of its own (talker/aligner/on_device.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from output_builder.streams import AudioStream, Timestamps
 from output_builder.timing import WordTimer
+from talker.aligner.on_device import AlignerOnDevice
 from talker.aligner.process import AlignerProcess
 from talker.aligner.words import Clip
 from talker.models.qwen3_tts.config import CheckpointError
@@ -49,7 +51,7 @@ class _Due:
 class Alignment:
     """The engine's alignment queue, on the event loop."""
 
-    def __init__(self, process: AlignerProcess, sample_rate: int) -> None:
+    def __init__(self, process: AlignerProcess | AlignerOnDevice, sample_rate: int) -> None:
         self.process, self.rate = process, sample_rate
         self.languages: tuple[str, ...] = ()
         self.aligned = 0  # segments aligned

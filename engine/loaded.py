@@ -15,6 +15,7 @@ from output_builder.codec_process import CodecProcess
 from output_builder.codecs.native import load_native
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
 from talker.aligner.model import checked as aligner_files
+from talker.aligner.on_device import AlignerOnDevice
 from talker.aligner.process import AlignerProcess
 from talker.device import Threads, resolve_device, thread_plan, usable_cores
 from talker.models.frontend import Frontend, load_tokenizer
@@ -41,7 +42,7 @@ class Loaded:
     sampler: SamplingKernel | None  # the CPU sampling kernel, when native kernels are on and build here
     threads: Threads
     voice_encoder: VoiceProcess | None  # Base checkpoints: reference recordings → clone prompts
-    aligner: AlignerProcess | None = None  # --aligner: word timestamps
+    aligner: AlignerProcess | AlignerOnDevice | None = None  # --aligner: word timestamps
 
 
 def load(cfg: EngineConfig) -> Loaded:
@@ -75,8 +76,15 @@ def load(cfg: EngineConfig) -> Loaded:
         frontend.detector.detect("Warm up.")  # Lingua's models load now, not in a request on the event loop
     sampler = load_sampling_kernel() if native else None
     voices = VoiceProcess(path) if frontend.kind is VoiceKind.BASE else None
-    aligner = AlignerProcess(aligner_dir, usable_cores(), cfg.cache_dir) if aligner_dir else None
+    aligner = _aligner(aligner_dir, device, cfg) if aligner_dir else None
     return Loaded(path, talker, codec, process, frontend, device, sample_rate, sampler, threads, voices, aligner)
+
+
+def _aligner(directory: Path, device: torch.device, cfg: EngineConfig) -> AlignerProcess | AlignerOnDevice:
+    """On CUDA, beside the Talker on a stream of its own; on a CPU, in a process under SCHED_IDLE."""
+    if device.type == "cuda":
+        return AlignerOnDevice(directory, device, cfg.cache_dir)
+    return AlignerProcess(directory, usable_cores(), cfg.cache_dir)
 
 
 def frontend_for(cfg: EngineConfig) -> Frontend:

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import torch
@@ -22,11 +23,11 @@ STAMPS = "<timestamp><timestamp>"
 
 
 class Aligner:
-    def __init__(self, directory: Path, korean: frozenset[str] = frozenset()) -> None:
+    def __init__(self, directory: Path, korean: frozenset[str] = frozenset(), device: str = "cpu") -> None:
         """`korean`: the official Korean word list's words (`korean.korean_words`); without them Korean tokens stay
         whole."""
-        self.korean = korean
-        self.model = ForcedAligner.load(directory)
+        self.korean, self.device = korean, torch.device(device)
+        self.model = ForcedAligner.load(directory).to_device(self.device)
         self.features = Features(directory)
         self.tokenizer = AutoTokenizer.from_pretrained(str(directory))
         self.cfg = self.model.cfg
@@ -43,12 +44,15 @@ class Aligner:
         if not todo:
             return out
         audio, ids = [], []
-        for i in todo:
-            feats = self.features(to_16k(clips[i].pcm, clips[i].rate))  # [M, F]
-            with torch.inference_mode():
-                audio.append(self.model.audio_tower(torch.from_numpy(feats).float()))  # [T, H]
-            ids.append(self.prompt(wordlists[i], audio_tokens(feats.shape[1])))
-        for i, classes in zip(todo, self.model.classes(ids, audio), strict=True):
+        # off the CPU, what the model makes it makes on its device (a mode that costs every op a Python call)
+        on_device = torch.device(self.device) if self.device.type != "cpu" else contextlib.nullcontext()
+        with on_device, torch.inference_mode():
+            for i in todo:
+                feats = self.features(to_16k(clips[i].pcm, clips[i].rate))  # [M, F]
+                audio.append(self.model.audio_tower(torch.from_numpy(feats).float().to(self.device)))  # [T, H]
+                ids.append(self.prompt(wordlists[i], audio_tokens(feats.shape[1])))
+            found = self.model.classes(ids, audio)
+        for i, classes in zip(todo, found, strict=True):
             ms = repair((classes.double() * self.cfg.segment_ms).tolist())
             out[i] = [Word(w, round(ms[2 * k] / 1000, 3), round(ms[2 * k + 1] / 1000, 3))
                       for k, w in enumerate(wordlists[i])]

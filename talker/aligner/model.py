@@ -209,6 +209,11 @@ class ForcedAligner(nn.Module):
         model.audio_tower.positions = sinusoids(cfg.encoder.positions, cfg.encoder.width)
         return model.eval()
 
+    def to_device(self, device: torch.device) -> ForcedAligner:
+        self.to(device)
+        self.audio_tower.positions = self.audio_tower.positions.to(device)  # not a buffer: not in the checkpoint
+        return self
+
     @torch.inference_mode()
     def classes(self, ids: list[list[int]], audio: list[Tensor]) -> list[Tensor]:
         """ids: each row's prompt (its audio run as `audio_pad` ids), audio: each row's [T, H] audio tokens →

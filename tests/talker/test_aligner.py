@@ -5,16 +5,20 @@ in one batch."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 import soundfile as sf
+import torch
 
 from talker.aligner.aligner import Aligner, Clip
 from talker.aligner.korean import read_wordlist
 from talker.aligner.model import audio_tokens
+from talker.aligner.on_device import AlignerOnDevice
 from talker.aligner.words import repair, split_words
 from talker.models.qwen3_tts.config import CheckpointError
+from talker.request import RequestFailedError
 from tests.talker.aligner_clips import CASES, clip
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -65,6 +69,30 @@ def test_a_batch_gives_what_each_clip_gives_alone(aligner: Aligner) -> None:
     empty = Clip(clips[0].pcm, clips[0].rate, "— !?", "English")  # nothing to time
     got = aligner.align([*clips, empty])
     assert [_words(g) for g in got] == [c[2] for c in CASE_LIST] + [[]]
+
+
+@pytest.mark.bitexact
+def test_the_aligner_in_the_engines_process_on_the_test_device(korean_wordlist: Path, tmp_path: Path) -> None:
+    """What the engine runs on CUDA (there on a CUDA stream of its own; scripts/gpu_check runs this on CUDA): on a CPU
+    the official words and times bit for bit; on CUDA the official words, each time within one 80 ms class for 90% of
+    them (its convolutions use TF32, its kernels sum in other orders, and the tiny random model's margins are small)."""
+    device = torch.device(os.environ.get("TALKSTREAM_TEST_DEVICE", "cpu"))
+    on_device = AlignerOnDevice(CHECKPOINT, device, korean_wordlist.parents[1])  # the cache the list is in
+    assert on_device.languages() == Aligner(CHECKPOINT).languages
+    got = on_device.align([c[1] for c in CASE_LIST])
+    want = [c[2] for c in CASE_LIST]
+    if device.type == "cpu":
+        assert got == want
+    else:
+        assert [[w for w, _, _ in clip] for clip in got] == [[w for w, _, _ in clip] for clip in want]
+        pairs = [(g, w) for gc, wc in zip(got, want, strict=True) for gw, ww in zip(gc, wc, strict=True)
+                 for g, w in ((gw[1], ww[1]), (gw[2], ww[2]))]
+        assert sum(abs(g - w) <= 0.08 for g, w in pairs) >= 0.9 * len(pairs)
+    on_device.close()
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    with pytest.raises(RequestFailedError, match=r"missing checkpoint file: .*config\.json"):
+        AlignerOnDevice(broken, device, tmp_path).languages()
 
 
 def test_the_prompt_is_the_official_one(aligner: Aligner) -> None:
