@@ -1,1 +1,2 @@
-"""Benchmarks that print figures (`talkstream bench NAME`, or `python -m benchmarks.NAME`)."""
+"""Benchmarks that print figures (`talkstream bench NAME`, `python -m benchmarks NAME`, or `python -m
+benchmarks.NAME`)."""

@@ -1,5 +1,7 @@
-"""Tuning knobs: how the engine runs, not what it serves. Not user settings (no environment variables): each has a
-measured default, and tests and benchmarks set them explicitly (`EngineConfig.tuned(...)`).
+"""Tuning knobs: how the engine runs, not what it serves. Not user settings: each has a measured default; tests and
+benchmarks set them explicitly (`EngineConfig.tuned(...)`), one variable sets them for debugging
+(`TALKSTREAM_TUNING="native_kernels=0,warmup=0"`, read in engine/config.py), and one has a flag of its own
+(`serve --codec-timeout`).
 
 Which prefill policy runs where: a new request's prefill is a step of its own on every device (the scheduler's one
 policy: no step mixes prefill and decode rows), so its first frame is not a 32-row step's; on the CPU that step

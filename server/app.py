@@ -145,7 +145,7 @@ async def _stop_engine(state: ServerState) -> None:
 def _public_router() -> APIRouter:
     router = APIRouter()
 
-    @router.get("/health", response_model=Health, responses={503: {"model": Health}})
+    @router.get("/health", response_model=Health, responses={errors.NOT_READY: {"model": Health}})
     async def health(request: Request) -> JSONResponse:
         state = server_state(request)
         status = state.status
@@ -154,7 +154,7 @@ def _public_router() -> APIRouter:
         if status == EngineState.READY.value:
             return JSONResponse(body.model_dump())
         retry = {"Retry-After": str(errors.UNAVAILABLE_RETRY_AFTER_S)}
-        return JSONResponse(body.model_dump(), status_code=503, headers=retry)
+        return JSONResponse(body.model_dump(), status_code=errors.NOT_READY, headers=retry)
 
     @router.get("/metrics", response_class=Response)
     async def metrics(request: Request) -> Response:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import importlib
 import json
 import logging
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,9 +23,6 @@ if TYPE_CHECKING:
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 EXTENSIONS = {".wav": "wav", ".mp3": "mp3", ".opus": "opus", ".ogg": "opus", ".aac": "aac", ".flac": "flac",
               ".pcm": "pcm", ".raw": "pcm"}
-BENCHES = {name: "benchmarks." + name.replace("-", "_") for name in (
-    "serve", "step-gap", "text-stream", "codec", "models", "engine-ttfa", "int8-agreement", "profile-step",
-    "voice-creation", "slow-writers", "compiled-step", "text-front", "aligner")} | {"step_gap": "benchmarks.step_gap"}
 PCM_BYTES_PER_S = 24000 * 2
 UVICORN_SHUTDOWN_S = 5
 
@@ -93,8 +90,9 @@ def parser() -> argparse.ArgumentParser:
                         help="the checkpoint's kind: base (voice cloning: random speaker and Mimi encoders too), "
                              "voice_design (voices described in instructions); neither has speakers")
 
-    bench = sub.add_parser("bench", help="benchmarks that print figures (benchmarks/: serve, step-gap, ...)")
-    bench.add_argument("name", choices=sorted(BENCHES))
+    # `python -m benchmarks`, which lives with them: the server never loads them (they load the server)
+    bench = sub.add_parser("bench", add_help=False,
+                           help="benchmarks that print figures (serve, step-gap, ...; `talkstream bench --help`)")
     bench.add_argument("args", nargs=argparse.REMAINDER)
     return p
 
@@ -156,10 +154,8 @@ def main(argv: list[str] | None = None) -> int:
 
                 print(export_tiny(args.dir, args.size, args.kind))
                 return 0
-            case _:
-                module = importlib.import_module(BENCHES[args.name])
-                code: int = module.main(args.args)
-                return code
+            case _:  # bench
+                return subprocess.call([sys.executable, "-m", "benchmarks", *args.args])
     except (ValueError, OSError) as exc:
         print(f"talkstream: error: {exc}", file=sys.stderr)
         return 2

@@ -68,12 +68,42 @@ def unauthorized(message: str) -> ApiError:
     return ApiError(401, message, ErrorType.AUTHENTICATION, code="invalid_api_key")
 
 
+def forbidden(message: str, code: str) -> ApiError:
+    return ApiError(403, message, ErrorType.INVALID_REQUEST, code=code)
+
+
+def not_found(message: str, param: str, code: str) -> ApiError:
+    """A named thing (a model, a voice, a consent recording) that is not here; an unknown path is `from_http`'s."""
+    return ApiError(404, message, ErrorType.INVALID_REQUEST, param, code)
+
+
+def conflict(message: str, param: str, code: str) -> ApiError:
+    return ApiError(409, message, ErrorType.INVALID_REQUEST, param, code)
+
+
+def too_large(message: str) -> ApiError:
+    return ApiError(413, message, ErrorType.INVALID_REQUEST, code="body_too_large")
+
+
+def upgrade_required(message: str) -> ApiError:
+    return ApiError(426, message, ErrorType.INVALID_REQUEST, code="upgrade_required")
+
+
+def internal(message: str) -> ApiError:
+    return ApiError(500, message, ErrorType.SERVER, code="internal_error")
+
+
 def busy(message: str, retry_after: float) -> ApiError:
     return ApiError(429, message, ErrorType.RATE_LIMIT, code="server_busy", retry_after=retry_after)
 
 
 def unavailable(message: str, code: str = "engine_unavailable") -> ApiError:
     return ApiError(503, message, ErrorType.SERVER, code=code, retry_after=UNAVAILABLE_RETRY_AFTER_S)
+
+
+# statuses that are not errors in OpenAI's envelope
+CLIENT_CLOSED = 499  # nginx's status for a client that went away before the response
+NOT_READY = 503  # GET /health of a server (or a Ray application) with no engine ready
 
 
 def shutting_down() -> ApiError:
@@ -101,7 +131,7 @@ def from_exception(exc: BaseException) -> ApiError:
         case StorageError():  # read-only, missing, damaged or locked: the voice library is unavailable
             return ApiError(503, str(exc), ErrorType.SERVER, code=exc.code)
         case _:
-            return ApiError(500, "internal error while generating speech", ErrorType.SERVER, code="internal_error")
+            return internal("internal error while generating speech")
 
 
 def public(message: str) -> str:

@@ -161,9 +161,8 @@ class Guard:
             return refused
         host = authority(given) if given is not None else None
         if given is not None and (host is None or not self.hosts.allows(host)):
-            return errors.ApiError(400, f"the Host header {given[:100]!r} does not name this server; start it with "
-                                   "--allowed-hosts to serve that name", errors.ErrorType.INVALID_REQUEST,
-                                   code="host_not_allowed")
+            return errors.invalid(f"the Host header {given[:100]!r} does not name this server; start it with "
+                                  "--allowed-hosts to serve that name", code="host_not_allowed")
         key = self.state.api_key
         refused = _key_error(headers.get("authorization", ""), key) if key and _keyed(_route_path(scope)) else None
         if refused is not None:
@@ -171,9 +170,9 @@ class Guard:
         origin = headers.get("origin")
         changes = scope["type"] == "websocket" or scope["method"] in CHANGES_STATE
         if changes and origin is not None and not self.origins.allows(origin, host):
-            return errors.ApiError(403, f"requests from the origin {origin[:100]!r} may not change this server's "
-                                   "state; list it in --allowed-origins (or --cors-origins) to allow them",
-                                   errors.ErrorType.INVALID_REQUEST, code="origin_not_allowed")
+            return errors.forbidden(f"requests from the origin {origin[:100]!r} may not change this server's state; "
+                                    "list it in --allowed-origins (or --cors-origins) to allow them",
+                                    "origin_not_allowed")
         return None
 
 
@@ -183,8 +182,7 @@ def _host_count_error(scope: Scope) -> errors.ApiError | None:
     count = sum(1 for k, _ in scope["headers"] if k == b"host")
     if count > 1 or (count == 0 and scope.get("http_version") == "1.1"):
         what = "more than one Host header" if count else "no Host header"
-        return errors.ApiError(400, f"the request has {what}; send exactly one", errors.ErrorType.INVALID_REQUEST,
-                               code="host_not_allowed")
+        return errors.invalid(f"the request has {what}; send exactly one", code="host_not_allowed")
     return None
 
 

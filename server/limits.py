@@ -53,6 +53,5 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _refuse(self, limit: int, scope: Scope, receive: Receive, send: Send) -> None:
-        err = errors.ApiError(413, f"the request body is larger than {limit} bytes",
-                              errors.ErrorType.INVALID_REQUEST, code="body_too_large")
+        err = errors.too_large(f"the request body is larger than {limit} bytes")
         await err.response()(scope, receive, send)

@@ -73,7 +73,9 @@ class VoiceRef(_Strict):
 class SamplingFields(_Strict):
     """Talkstream's extensions, shared by the speech request and the Realtime session."""
 
-    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    seed: int | None = Field(default=None, ge=0, lt=2**63, description=(
+        "Any non-negative 63-bit integer; the sampler uses its low 31 bits, so seeds that differ only above bit 30 "
+        "give the same audio"))
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_k: int | None = Field(default=None, ge=0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)

@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from engine import EngineState
+from server import errors
 
 READY = EngineState.READY.value
 STALE_PERIODS = 3  # reports missed before a replica is taken for gone (it stopped, or its process died)
@@ -53,7 +54,7 @@ def app_health(reports: dict[str, dict[str, Any]]) -> tuple[int, dict[str, Any]]
     status = "ready" if reports and ready == len(reports) else "degraded" if ready else "unavailable"
     body = {"status": status, "ready_replicas": ready, "replicas": {
         replica: {k: v for k, v in report.items() if k != "metrics"} for replica, report in reports.items()}}
-    return (200 if ready else 503), body
+    return (200 if ready else errors.NOT_READY), body
 
 
 def app_metrics(reports: dict[str, dict[str, Any]]) -> bytes:

@@ -206,8 +206,7 @@ class Session:
             await self.error(err, event.event_id)
         except Exception:
             log.exception("realtime session %s: event %s failed", self.id, event.type)
-            await self.error(errors.ApiError(500, "internal error while handling the event",
-                                             errors.ErrorType.SERVER, code="internal_error"), event.event_id)
+            await self.error(errors.internal("internal error while handling the event"), event.event_id)
 
     async def dispatch(self, event: ClientEvent) -> None:
         match event:

@@ -35,8 +35,7 @@ async def realtime(ws: WebSocket) -> None:
 
 @router.get("/realtime", include_in_schema=False)
 async def realtime_over_http(_: Request) -> JSONResponse:
-    err = errors.ApiError(426, "/v1/realtime is a WebSocket endpoint: connect with a WebSocket client",
-                          errors.ErrorType.INVALID_REQUEST, code="upgrade_required")
+    err = errors.upgrade_required("/v1/realtime is a WebSocket endpoint: connect with a WebSocket client")
     response = err.response()
     response.headers.update({"Upgrade": "websocket", "Connection": "Upgrade"})
     return response

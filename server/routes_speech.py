@@ -40,7 +40,6 @@ router = APIRouter()
 
 DISCONNECT_POLL_S = 0.25
 STALL_GRACE_S = 1.0  # a failed stream whose body has not ended this long after is stuck in a send
-CLIENT_CLOSED = 499  # nginx's status for a client that went away before the response
 PROTOCOL = "http"
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -209,7 +208,7 @@ async def create_speech(body: SpeechBody, request: Request) -> Response:
             raise speech.cut_error
     except ClientGoneError:
         speech.close()
-        return Response(status_code=CLIENT_CLOSED)
+        return Response(status_code=errors.CLIENT_CLOSED)
     except BaseException:
         speech.close()
         raise

@@ -95,8 +95,8 @@ async def delete_consent(request: Request, consent_id: str) -> VoiceConsentDelet
     try:
         deleted = await asyncio.to_thread(_store(request).delete_consent, consent_id)
     except ConsentInUseError as exc:
-        raise errors.ApiError(409, f"consent '{consent_id}' is in use by {', '.join(exc.voices)}; delete those voices "
-                              "first", errors.ErrorType.INVALID_REQUEST, "consent_id", "consent_in_use") from None
+        raise errors.conflict(f"consent '{consent_id}' is in use by {', '.join(exc.voices)}; delete those voices "
+                              "first", "consent_id", "consent_in_use") from None
     if not deleted:
         raise _missing("consent", consent_id)
     return VoiceConsentDeleted(id=consent_id)
@@ -246,8 +246,8 @@ async def _can_store(store: VoiceStore, engine: Engine, name: str) -> None:
 
 
 def _taken(name: str, engine: Engine) -> errors.ApiError:
-    return errors.ApiError(409, f"model '{engine.model_id}' already has a voice named '{name}'; delete it or pick "
-                           "another name", errors.ErrorType.INVALID_REQUEST, "name", "voice_name_taken")
+    return errors.conflict(f"model '{engine.model_id}' already has a voice named '{name}'; delete it or pick "
+                           "another name", "name", "voice_name_taken")
 
 
 def _no_consent(consent_id: str) -> errors.ApiError:
@@ -267,8 +267,7 @@ def _found(found: T | None, what: str, given: str) -> T:
 
 
 def _missing(what: str, given: str) -> errors.ApiError:
-    return errors.ApiError(404, f"there is no {what} '{given}'", errors.ErrorType.INVALID_REQUEST, f"{what}_id",
-                           f"{what}_not_found")
+    return errors.not_found(f"there is no {what} '{given}'", f"{what}_id", f"{what}_not_found")
 
 
 def _store(request: Request) -> VoiceStore:

@@ -67,9 +67,8 @@ class ServerState:
             return self.engine
         engine = self.engines.get(model)
         if engine is None:
-            raise errors.ApiError(404, f"the model '{model}' does not exist here; this server serves "
-                                  f"{', '.join(self.served_models())}", errors.ErrorType.INVALID_REQUEST, "model",
-                                  "model_not_found")
+            raise errors.not_found(f"the model '{model}' does not exist here; this server serves "
+                                   f"{', '.join(self.served_models())}", "model", "model_not_found")
         return engine
 
     def in_flight(self) -> int:

@@ -6,6 +6,7 @@ other in a circle."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,9 @@ ALLOWED = {
 }
 
 
+MODULE_NAME = re.compile(rf"({'|'.join(ALLOWED)})(\.\w+)*\.?")
+
+
 def modules() -> Iterator[tuple[str, Path]]:
     for room in ALLOWED:
         for path in sorted((ROOT / room).rglob("*.py")):
@@ -28,7 +32,9 @@ def modules() -> Iterator[tuple[str, Path]]:
 
 def imports(path: Path, module_level_only: bool = False) -> Iterator[str]:
     """Absolute module names imported by `path`; with `module_level_only`, not those inside functions (deliberate
-    lazy imports). Those under `if TYPE_CHECKING:` count: a circle the type checker follows is still a circle."""
+    lazy imports). Those under `if TYPE_CHECKING:` count: a circle the type checker follows is still a circle. So do
+    `importlib.import_module(...)` and `__import__(...)`: a constant name is that module; a computed one may be any
+    module the file names in a string (`"engine.engine"`, or a prefix such as `"benchmarks."`)."""
     tree = ast.parse(path.read_text())
     nodes = _top_level(tree.body) if module_level_only else ast.walk(tree)
     for node in nodes:
@@ -37,6 +43,25 @@ def imports(path: Path, module_level_only: bool = False) -> Iterator[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             yield node.module
             yield from (f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Call) and _is_dynamic_import(node):
+            first = node.args[0] if node.args else None
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                yield first.value
+            else:
+                yield from _named_modules(tree)
+
+
+def _is_dynamic_import(call: ast.Call) -> bool:
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return name in ("import_module", "__import__")
+
+
+def _named_modules(tree: ast.Module) -> Iterator[str]:
+    """Strings in the file that name one of the rooms' modules, or a prefix of their names."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_NAME.fullmatch(node.value):
+            yield node.value.rstrip(".")
 
 
 def _top_level(body: list[ast.stmt]) -> Iterator[ast.AST]:
@@ -84,3 +109,15 @@ def test_no_modules_import_each_other_in_a_circle() -> None:
         if name not in state:
             visit(name, [name])
     assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_reader_sees_imports_by_name(tmp_path: Path) -> None:
+    """importlib and __import__ count, so a circle through them (the server loading the benchmarks, which load the
+    server) is one the tests above see."""
+    source = tmp_path / "m.py"
+    source.write_text("import importlib\nfrom importlib import import_module\n"
+                      "def f(name):\n    importlib.import_module('server.app')\n    __import__('engine.loaded')\n"
+                      "    return import_module(PREFIX + name)\nPREFIX = 'benchmarks.'\n")
+    assert set(imports(source)) == {"importlib", "importlib.import_module", "server.app", "engine.loaded",
+                                    "benchmarks"}
+    assert set(imports(source, module_level_only=True)) == {"importlib", "importlib.import_module"}

@@ -185,6 +185,8 @@ class Frontend:
         seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(4), "little")
         if not 0 <= seed < 2**63:
             raise RequestError("seed must be a non-negative 63-bit integer", param="seed")
+        # 31 bits, as since the first release, so that a seed's audio stays what it was (the sampler hashes 32-bit
+        # words, talker/sampler.py): seeds that differ only above bit 30 give the same audio (README, `seed`)
         return Settings(prefix, instruct, params, seed & 0x7FFFFFFF, min(self.max_frames, limit or self.max_frames),
                         limit, vector, reference, named, by_language)
 

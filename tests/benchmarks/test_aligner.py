@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from server import cli
+from benchmarks import __main__ as bench
 
 
 def test_bench_aligner_prints_its_figures(capsys: pytest.CaptureFixture[str], tiny_cache: Path, tiny_dir: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TALKSTREAM_CACHE_DIR", str(tiny_cache))
-    args = ["bench", "aligner", "--sizes", "tiny", "--beside", "tiny", "--streams", "2", "--frames", "12",
+    args = ["aligner", "--sizes", "tiny", "--beside", "tiny", "--streams", "2", "--frames", "12",
             "--rounds", "1", "--json"]
-    assert cli.main(args) == 0
+    assert bench.main(args) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     out = json.loads(lines[-1])
     assert set(out["alignment"]["tiny"]) == {"2s", "5s", "10s", "4x5s"}

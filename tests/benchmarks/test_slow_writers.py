@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from server import cli
+from benchmarks import __main__ as bench
 
 
 def test_it_prints_its_figures_and_the_writers_complete(tiny_cache: Path, monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("TALKSTREAM_CACHE_DIR", str(tiny_cache))
-    assert cli.main(["bench", "slow-writers", "--slots", "1", "--requests", "2", "--word-every-s", "0.5",
+    assert bench.main(["slow-writers", "--slots", "1", "--requests", "2", "--word-every-s", "0.5",
                      "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["beside_slow_writers"]["writers_completed"] == 1

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import __main__ as bench
 from benchmarks import step_gap as bench_step_gap
-from server import cli
 
 
 def test_both_modes_agree_and_the_timeline_is_written(tiny_cache: Path, tmp_path: Path,
@@ -17,7 +17,7 @@ def test_both_modes_agree_and_the_timeline_is_written(tiny_cache: Path, tmp_path
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("TALKSTREAM_CACHE_DIR", str(tiny_cache))
     svg = tmp_path / "timeline.svg"
-    assert cli.main(["bench", "step-gap", "--batch", "3", "--steps", "24", "--svg", str(svg), "--json"]) == 0
+    assert bench.main(["step-gap", "--batch", "3", "--steps", "24", "--svg", str(svg), "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["identical"] and out["identical_codes"] and out["max_sample_diff"] == 0
     assert out["sync"]["steps"] > 0 and out["async"]["gap_us_p50"] > 0

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from server import cli
+from benchmarks import __main__ as bench
 
 
 def test_it_prints_the_front_ends_costs(tiny_cache: Path, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("TALKSTREAM_CACHE_DIR", str(tiny_cache))
-    assert cli.main(["bench", "text-front", "--repeat", "2", "--json"]) == 0
+    assert bench.main(["text-front", "--repeat", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     texts = out["texts"]
     assert set(texts) == {"english_short", "chinese_short", "english_numbers", "chinese_numbers", "english_4096",

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import __main__ as bench
 from benchmarks import text_stream as bench_text_stream
 from benchmarks.text_stream import Run
-from server import cli
 
 
 def test_it_prints_its_figures_and_they_hold(tiny_cache: Path, monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("TALKSTREAM_CACHE_DIR", str(tiny_cache))
-    assert cli.main(["bench", "text-stream", "--words", "6", "--sessions", "4", "--stagger-ms", "0", "--json"]) == 0
+    assert bench.main(["text-stream", "--words", "6", "--sessions", "4", "--stagger-ms", "0", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     for alone in (out["fast"], out["slow"]):
         assert alone["identical_to_whole_text"] and alone["whole"] and not alone["errors"]

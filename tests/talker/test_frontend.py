@@ -147,3 +147,11 @@ def test_a_description_that_leaves_no_room_is_refused_naming_its_field() -> None
     with pytest.raises(RequestError, match="instructions are too long") as err:
         vd.prepare(SpeechRequest(text="hi", design="A calm voice.", instructions=long))
     assert err.value.param == "instructions"
+
+
+def test_a_seed_is_taken_to_its_low_31_bits(frontend: Frontend) -> None:
+    """Documented (README, `seed`): seeds that differ only above bit 30 are one seed; the top of the range is taken."""
+    seeds = [frontend.prepare(SpeechRequest(text="hi", seed=s)).seed for s in (5, 5 + 2**31, 5 + 2**62, 2**63 - 1)]
+    assert seeds == [5, 5, 5, 2**31 - 1]
+    with pytest.raises(RequestError):
+        frontend.prepare(SpeechRequest(text="hi", seed=2**63))
