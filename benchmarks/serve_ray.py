@@ -1,5 +1,5 @@
 """`talkstream bench serve --ray-replicas 1,2`: the same load as `bench serve`, against Talkstream on Ray Serve
-(server/ray_app.py) with each replica count in turn, on a Ray instance this benchmark starts on this machine.
+(server/ray/app.py) with each replica count in turn, on a Ray instance this benchmark starts on this machine.
 
 Each count is deployed, waited for (every replica's engine ready and reporting), loaded with the same levels as
 `bench serve`, then deleted before the next. The engines' settings come from TALKSTREAM_* variables (default:
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace, bench: Callable[[argparse.Namespace], Coroutin
     import ray
     from ray import serve
 
-    from server import ray_app
+    from server.ray import app as ray_app
 
     counts = replica_counts(args.ray_replicas)
     config = EngineConfig.from_env()

@@ -22,15 +22,18 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from engine import Engine, EngineConfig, EngineState
-from server import audio_decoder, errors, routes_realtime, routes_speech, routes_voices, web_page
+from server import errors, routes_speech, web_page
+from server.audio import decoder as audio_decoder
 from server.drain import DrainGate
 from server.guard import Guard, SitePolicy
 from server.limits import BodyLimit
 from server.metrics import CONTENT_TYPE, Metrics
 from server.protocol import Health, ModelCard, ModelList
+from server.realtime import routes as routes_realtime
 from server.state import ServerState, server_state, state_of
-from server.voice_db import StorageError
-from server.voice_store import Quota, VoiceStore, default_data_dir
+from server.voices import routes as routes_voices
+from server.voices.db import StorageError
+from server.voices.store import Quota, VoiceStore, default_data_dir
 
 log = logging.getLogger("talkstream.server")
 DEAD_POLL_S = 0.5
@@ -50,7 +53,7 @@ def create_app(
 
     `exit_on_dead` (set by `talkstream serve`, never by in-process test servers): once an engine is dead the
     process exits with status 3 after a short grace period, so a supervisor restarts it. `data_dir`: where the voice
-    library lives (server/voice_store.py; default `default_data_dir()`), and `voice_quota` what it may hold.
+    library lives (server/voices/store.py; default `default_data_dir()`), and `voice_quota` what it may hold.
     `site`: the Hosts and origins the server answers (server/guard.py; default: a server on 127.0.0.1).
     """
     engines: dict[str, Engine] = {}

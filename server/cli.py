@@ -1,4 +1,4 @@
-"""`talkstream`: serve, say, voices (server/cli_voices.py), export-tiny and bench."""
+"""`talkstream`: serve, say, voices (server/voices/cli.py), export-tiny and bench."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from engine import EngineConfig, api_key_from_env, resolve_checkpoint
-from server import cli_ray, cli_voices
-from server.voice_db import Quota
+from server.ray import cli as cli_ray
+from server.voices import cli as cli_voices
+from server.voices.db import Quota
 
 if TYPE_CHECKING:
     from server.guard import SitePolicy
@@ -181,7 +182,7 @@ def serve(args: argparse.Namespace) -> int:
             resolve_checkpoint(config.model, config.revision)  # unreachable Hub is one line, not an engine failing
     if args.codec_timeout is not None:
         configs = [c.tuned(codec_timeout_s=args.codec_timeout) for c in configs]
-    if args.ray:  # replicas on Ray Serve, behind its proxy (server/cli_ray.py)
+    if args.ray:  # replicas on Ray Serve, behind its proxy (server/ray/cli.py)
         return cli_ray.serve(args, configs, args.api_key or api_key_from_env(), origins)
     app = create_app(configs, args.api_key or api_key_from_env(), shutdown_timeout=args.shutdown_timeout,
                      exit_on_dead=True, cors_origins=origins, log_input=args.log_input, data_dir=args.data_dir,
@@ -267,7 +268,7 @@ async def _remote(args: argparse.Namespace, fmt: str, said: dict[str, Any]) -> A
 
 async def _local(args: argparse.Namespace, fmt: str, said: dict[str, Any]) -> AsyncIterator[bytes]:
     from engine import Engine, SpeechRequest, Timestamps
-    from server.transcode import AudioFormat, Transcoder
+    from server.audio.transcode import AudioFormat, Transcoder
 
     engine = Engine(engine_config(args))
     await engine.start()

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine import EngineBusyError, EngineDeadError, RequestError, RequestFailedError
 from server.protocol import ErrorDetail, ErrorEnvelope
-from server.voice_db import QuotaExceededError, StorageError, StorageFullError
+from server.voices.db import QuotaExceededError, StorageError, StorageFullError
 
 log = logging.getLogger("talkstream.server")
 

@@ -31,7 +31,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from websockets.http11 import Request
 
 from server import errors
-from server.realtime_events import MAX_EVENT_CHARS
+from server.realtime.events import MAX_EVENT_CHARS
 
 ABORT = "talkstream.abort"
 HEAD_TIMEOUT_S = 10.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server import errors
-from server.audio_input import MAX_BYTES as MAX_AUDIO_BYTES
+from server.audio.input import MAX_BYTES as MAX_AUDIO_BYTES
 
 MAX_BODY_BYTES = 1 << 20
 # Routes that take audio: an upload's file plus its form fields; a speech request's `ref_audio` as base64 (4/3 of

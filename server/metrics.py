@@ -8,11 +8,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from engine import EngineState
-from server.encoders import open_encoder_count
+from server.audio.encoders import open_encoder_count
 
 if TYPE_CHECKING:
     from engine import Engine, StepTiming
-    from server.voice_db import Quota, Usage
+    from server.voices.db import Quota, Usage
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
@@ -67,7 +67,7 @@ class Metrics:
         self.audio_seconds.labels(protocol).inc(audio_seconds)
 
     def library(self, usage: Usage, quota: Quota) -> None:
-        """What the voice library holds, and its quota (server/voice_db.py)."""
+        """What the voice library holds, and its quota (server/voices/db.py)."""
         values = {"bytes": usage.bytes, "voices": usage.voices, "consents": usage.consents,
                   "quota_bytes": quota.max_bytes, "max_voices": quota.max_voices}
         for name, value in values.items():

@@ -1,5 +1,5 @@
 """Wire models of the HTTP API: the speech request, its SSE events, errors and the small listing endpoints.
-The Realtime protocol's models are in server/realtime_protocol.py."""
+The Realtime protocol's models are in server/realtime/protocol.py."""
 
 from __future__ import annotations
 

@@ -16,8 +16,9 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from engine import AudioStream, Engine, FinishReason, SpeechRequest, TextLayout, Timestamps
-from server import errors, voice_library
-from server.encoders import CONTENT_TYPES, AudioFormat, resolve_output_rate
+from server import errors
+from server.audio.encoders import CONTENT_TYPES, AudioFormat, resolve_output_rate
+from server.audio.transcode import AsyncTranscoder, Transcoder
 from server.http_protocol import abort_of
 from server.protocol import (
     ErrorEnvelope,
@@ -32,8 +33,8 @@ from server.protocol import (
     timed,
 )
 from server.state import ServerState, server_state
-from server.transcode import AsyncTranscoder, Transcoder
-from server.voice_library import VoiceChoice
+from server.voices import library as voice_library
+from server.voices.library import VoiceChoice
 
 log = logging.getLogger("talkstream.speech")
 router = APIRouter()

@@ -16,7 +16,7 @@ from engine import Engine, EngineState
 from server import errors
 from server.metrics import Metrics
 from server.protocol import MODEL_ALIASES
-from server.voice_store import VoiceStore, default_data_dir
+from server.voices.store import VoiceStore, default_data_dir
 
 log = logging.getLogger("talkstream.server")
 

@@ -25,7 +25,7 @@ from server.app import create_app
 from server.guard import SitePolicy
 from server.http_protocol import uvicorn_options
 from server.state import state_of
-from server.voice_store import Quota
+from server.voices.store import Quota
 
 API_KEY = "test-key-123"
 READY_TIMEOUT_S = 120.0  # a failure bound: starts are slow under the whole suite's load

@@ -19,8 +19,9 @@ import httpx
 import numpy as np
 import pytest
 
-from server import audio_decoder, audio_input
-from server.audio_decoder import MEMORY_BUDGET, TIME_BUDGET_S, DecoderPool
+from server.audio import decoder as audio_decoder
+from server.audio import input as audio_input
+from server.audio.decoder import MEMORY_BUDGET, TIME_BUDGET_S, DecoderPool
 from tests.conftest import FIXTURES
 from tests.server.conftest import LiveServer
 from tests.server.test_audio_input import encode, lying_wav, tone
@@ -161,7 +162,8 @@ def test_a_decoder_dies_with_a_killed_server(tiny_cache: Path, tiny_dir: Path, t
     server = Served(tiny_cache, "--data-dir", str(tmp_path))
     try:
         assert upload(server.url, REF).status_code == 200
-        pids = [p for p in server.children() if b"server.decoder_process" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        pids = [p for p in server.children()
+                if b"server.audio.decoder_process" in Path(f"/proc/{p}/cmdline").read_bytes()]
         assert pids
         server.proc.kill()
         server.proc.wait(WAIT_S)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from server import audio_input, decoder_process
+from server.audio import decoder_process
+from server.audio import input as audio_input
 from server.errors import ApiError
 from tests.conftest import FIXTURES
 

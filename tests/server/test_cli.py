@@ -15,8 +15,9 @@ import soundfile as sf
 import torch
 
 from engine.config import EngineConfig
-from server import cli, cli_ray
+from server import cli
 from server.http_protocol import default_max_connections
+from server.ray import cli as cli_ray
 from tests.server.audio import seconds
 from tests.server.conftest import LiveServer
 
@@ -206,7 +207,7 @@ def test_export_tiny_at_the_0_6b_size_writes_a_checkpoint_the_loader_takes(tmp_p
 
 def test_serve_ray_without_ray_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Ray is an optional extra: without it `serve --ray` says how to get it, and nothing else starts."""
-    for name in ("ray", "ray.serve", "server.ray_app"):  # as if not installed (None in sys.modules: ImportError)
+    for name in ("ray", "ray.serve", "server.ray.app"):  # as if not installed (None in sys.modules: ImportError)
         monkeypatch.setitem(sys.modules, name, None)
     assert cli.main(["serve", "--ray", "--replicas", "2"]) == 2
     assert capsys.readouterr().err == f"talkstream: error: {cli_ray.MISSING}\n"

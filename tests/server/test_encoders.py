@@ -8,7 +8,7 @@ import av
 import numpy as np
 import pytest
 
-from server.encoders import (
+from server.audio.encoders import (
     CONTENT_TYPES,
     AudioFormat,
     EncoderClosedError,

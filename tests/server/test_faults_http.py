@@ -11,7 +11,7 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from server.transcode import Transcoder
+from server.audio.transcode import Transcoder
 from tests.server.conftest import LiveServer
 from tests.server.leaks import wait_no_leaks
 from tests.server.test_abort_paths import speech

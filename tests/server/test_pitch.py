@@ -8,8 +8,8 @@ import httpx
 import numpy as np
 import pytest
 
-from server.encoders import AudioFormat
-from server.transcode import Transcoder
+from server.audio.encoders import AudioFormat
+from server.audio.transcode import Transcoder
 from tests.server.audio import PCM_RATE
 from tests.server.conftest import LiveServer
 

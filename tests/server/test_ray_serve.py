@@ -1,4 +1,4 @@
-"""Talkstream on Ray Serve (server/ray_app.py) on a single-node Ray cluster that this module starts: two CPU
+"""Talkstream on Ray Serve (server/ray/app.py) on a single-node Ray cluster that this module starts: two CPU
 replicas of `tiny`, behind Ray's proxy. Streams over HTTP (httpx, the `openai` SDK) and the Realtime WebSocket go
 through the proxy and give the same audio as a plain single-process server; 16 sessions fill both replicas and no
 more; a replica whose engine dies fails its in-flight streams clearly, and Ray replaces it.
@@ -46,7 +46,7 @@ with warnings.catch_warnings():
                                             "installs it)")
     from ray import serve
 
-    from server import ray_app
+    from server.ray import app as ray_app
 
 pytestmark = [pytest.mark.filterwarnings(RAY_FIELD_WARNING), pytest.mark.timeout(300)]
 

@@ -1,4 +1,4 @@
-"""How Talkstream is laid out on Ray Serve (server/ray_app.py, server/cli_ray.py), without a cluster: the deployment
+"""How Talkstream is laid out on Ray Serve (server/ray/app.py, server/ray/cli.py), without a cluster: the deployment
 settings each way of starting it gives, the autoscaling policy, `serve run`'s typed arguments and `talkstream serve
 --ray`'s wiring. tests/server/test_ray_serve.py runs the same application on a local cluster."""
 
@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from engine.config import EngineConfig
-from server import cli, cli_ray
+from server import cli
+from server.ray import cli as cli_ray
 
 # Ray Serve's own pydantic models use a keyword pydantic 2 deprecates (ray/serve/_private/config.py): not ours to fix
 RAY_FIELD_WARNING = "ignore:Using extra keyword arguments on `Field`:DeprecationWarning"
@@ -22,7 +23,7 @@ with warnings.catch_warnings():
                                             "installs it)")
     from ray import serve
 
-    from server import ray_app
+    from server.ray import app as ray_app
 
 pytestmark = pytest.mark.filterwarnings(RAY_FIELD_WARNING)
 
@@ -44,7 +45,7 @@ def test_settings_route_by_admission_limit_and_scale_on_streams(config: EngineCo
     assert fixed["backpressure_config"] == {"status_code": 429, "retry_after_s": 1}
     scaled = ray_app.deployment_settings([config], ray_app.RayOptions(replicas=1, max_replicas=4))["autoscaling_config"]
     assert (scaled["min_replicas"], scaled["max_replicas"], scaled["target_ongoing_requests"]) == (1, 4, MAX_BATCH)
-    assert scaled["policy"]["policy_function"] == "server.ray_app:streams_policy"
+    assert scaled["policy"]["policy_function"] == "server.ray.app:streams_policy"
 
 
 def test_the_policy_wants_a_replica_per_target_streams() -> None:
@@ -59,7 +60,7 @@ def test_the_policy_wants_a_replica_per_target_streams() -> None:
 
 
 def test_serve_run_arguments_are_typed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`serve run server.ray_app:build key=value ...` and KubeRay's `args` give strings; each becomes its type."""
+    """`serve run server.ray.app:build key=value ...` and KubeRay's `args` give strings; each becomes its type."""
     bound: dict[str, Any] = {}
     monkeypatch.setattr(ray_app, "build_app", lambda configs, options: bound.update(configs=configs, options=options))
     monkeypatch.setenv("TALKSTREAM_API_KEY", "k")

@@ -1,4 +1,4 @@
-"""The application's views on Ray Serve (server/ray_views.py), without a cluster: the registry forgets a replica
+"""The application's views on Ray Serve (server/ray/views.py), without a cluster: the registry forgets a replica
 that stopped reporting, the application answers while any replica is ready, and every replica's series keep their
 own `replica` label in one exposition."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.ray_views import Reports, app_health, app_metrics
+from server.ray.views import Reports, app_health, app_metrics
 
 METRICS = """# HELP talkstream_requests_total Speech requests by protocol and outcome
 # TYPE talkstream_requests_total counter

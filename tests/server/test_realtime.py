@@ -10,8 +10,8 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from server import routes_realtime
-from server.routes_realtime import MAX_RESPONSES_PER_SESSION
+from server.realtime import routes as routes_realtime
+from server.realtime.routes import MAX_RESPONSES_PER_SESSION
 from tests.server.conftest import API_KEY, LiveServer
 from tests.server.realtime_client import (
     CLOSING,

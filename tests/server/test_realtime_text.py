@@ -16,7 +16,7 @@ import pytest
 from websockets.sync.client import ClientConnection, connect
 
 from engine import MAX_TEXT_S
-from server.realtime_input import InputText
+from server.realtime.input import InputText
 from tests.server.conftest import LiveServer
 from tests.server.leaks import wait_no_leaks
 from tests.server.realtime_client import OPENING, assert_completed, assert_sequence, recv, send, until_done

@@ -23,9 +23,9 @@ from websockets.sync.client import connect
 
 from engine.config import EngineConfig
 from server import cli
-from server.audio_input import MAX_BYTES
+from server.audio.input import MAX_BYTES
 from server.state import state_of
-from server.voice_store import Quota
+from server.voices.store import Quota
 from tests.conftest import OFFICIAL_BASE, OFFICIAL_VD, VOICE_REF, VOICE_REF_TEXT
 from tests.server.conftest import LiveServer, start_server
 from tests.server.realtime_client import recv, send, until_done

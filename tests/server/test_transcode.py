@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from server.encoders import AudioFormat
-from server.transcode import Tempo, Transcoder
+from server.audio.encoders import AudioFormat
+from server.audio.transcode import Tempo, Transcoder
 
 RATE = 24000
 

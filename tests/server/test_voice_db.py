@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.voice_store import NameTakenError, VoiceStore
+from server.voices.store import NameTakenError, VoiceStore
 from tests.conftest import OFFICIAL_VD, VOICE_REF
 from tests.server.conftest import LiveServer
 

@@ -1,4 +1,4 @@
-"""Which voice a request names (server/voice_library.py): an unknown one is a small error naming a few close
+"""Which voice a request names (server/voices/library.py): an unknown one is a small error naming a few close
 matches, found without reading every created voice, over HTTP and Realtime."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from server import voice_names
+from server.voices import names as voice_names
 from talker.models.catalog import OPENAI_VOICES
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from server.voice_db import QuotaExceededError
-from server.voice_store import ConsentInUseError, NameTakenError, Quota, Usage, VoiceStore, default_data_dir
+from server.voices.db import QuotaExceededError
+from server.voices.store import ConsentInUseError, NameTakenError, Quota, Usage, VoiceStore, default_data_dir
 from talker.request import ClonePrompt
 
 X_VECTOR = tuple(np.random.default_rng(1).standard_normal(64).astype(np.float32).tolist())

@@ -16,8 +16,8 @@ import av
 import numpy as np
 from av.audio.frame import AudioFrame
 
-from server.encoders import AudioFormat, Encoder, make_encoder, resolve_output_rate
-from server.encoders_av import PcmResampler
+from server.audio.encoders import AudioFormat, Encoder, make_encoder, resolve_output_rate
+from server.audio.encoders_av import PcmResampler
 
 ATEMPO_MIN, ATEMPO_MAX = 0.5, 2.0  # per atempo instance; wider factors chain several
 FLUSH_PAD_S = 0.2  # silence pushed through atempo at the end, so its window lets the last real samples out

@@ -1,8 +1,8 @@
 """The voice library: consent recordings and the voices made from them (or from a description), in SQLite in the
 data directory. Blocking: routes call it through `asyncio.to_thread`. One connection behind a lock serves every
 thread, so concurrent creations are applied one after another; each write is one transaction. The file, its
-schema, the quota and what storage failures mean are server/voice_db.py's; names are compared as
-server/voice_names.py says.
+schema, the quota and what storage failures mean are server/voices/db.py's; names are compared as
+server/voices/names.py says.
 
 The database file is made on the first write: a server that never stores a voice writes nothing to disk; a missing
 directory reads as an empty library, and one that cannot be written is read as it is (writes fail, reads work)."""
@@ -25,8 +25,9 @@ from typing import Any, Literal
 import numpy as np
 
 from engine import ClonePrompt
-from server import voice_db, voice_names
-from server.voice_db import DB_NAME, Quota, Usage
+from server.voices import db as voice_db
+from server.voices import names as voice_names
+from server.voices.db import DB_NAME, Quota, Usage
 
 __all__ = ["DB_NAME", "ConsentInUseError", "NameTakenError", "Quota", "StoredVoice", "Usage", "VoiceStore"]
 log = logging.getLogger("talkstream.server")

@@ -1,4 +1,4 @@
-"""`talkstream serve --ray`: the same server as replicas on Ray Serve (server/ray_app.py), one engine each.
+"""`talkstream serve --ray`: the same server as replicas on Ray Serve (server/ray/app.py), one engine each.
 
 Without `--ray-address` (or RAY_ADDRESS) it starts a Ray instance on this machine; with one it joins that cluster.
 Either way it starts Serve's proxy on --host/--port, deploys the applications and serves until SIGINT or SIGTERM,
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from engine import EngineConfig
 
 if TYPE_CHECKING:
-    from server.ray_app import RayOptions
+    from server.ray.app import RayOptions
 
 MISSING = "--ray needs Ray Serve, which is not installed: pip install 'talkstream[ray]'"
 
@@ -45,7 +45,7 @@ def serve(args: argparse.Namespace, configs: list[EngineConfig], api_key: str | 
         import ray
         from ray import serve as ray_serve
 
-        from server import ray_app
+        from server.ray import app as ray_app
     except ImportError as exc:
         raise ValueError(MISSING) from exc
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -78,7 +78,7 @@ def serve(args: argparse.Namespace, configs: list[EngineConfig], api_key: str | 
 def ray_options(args: argparse.Namespace, configs: list[EngineConfig], api_key: str | None,
                 cluster_has_gpus: bool, cors_origins: list[str] | None = None) -> RayOptions:
     from server.guard import SitePolicy
-    from server.ray_app import RayOptions
+    from server.ray.app import RayOptions
 
     site = SitePolicy.from_settings(args.host, args.allowed_hosts, args.allowed_origins)
     gpus = args.gpus_per_replica

@@ -1,5 +1,5 @@
 """Decoding a client's audio file, and the child process that does it for the server (`python -m
-server.decoder_process`; its parent side is server/audio_decoder.py).
+server.audio.decoder_process`; its parent side is server/audio/decoder.py).
 
 Why a process: PyAV builds a resampler's filter and decodes while holding the GIL, so a hostile header (a WAV claiming
 380 MHz) stalled every stream of the server for seconds; a child's GIL is its own, its memory has a ceiling

@@ -4,7 +4,7 @@ Sessions accept OpenAI's GA shape (`session.audio.output.voice`, `output_modalit
 beta one (`session.voice`, `modalities`, `max_response_output_tokens`). What a text-to-speech server cannot honour
 (tools, turn detection, input audio settings, unknown fields) is not dropped silently: `unsupported()` names it and
 the session tells the client in an `error` event. Server events follow the GA event sequence, so every id a client
-sees was announced first (see server/realtime_response.py).
+sees was announced first (see server/realtime/response.py).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from typing import Any, Protocol
 
 from engine import RequestError, SpeechInput
 from server import errors
-from server.realtime_protocol import OutputOptions
-from server.realtime_response import ActiveResponse
+from server.realtime.protocol import OutputOptions
+from server.realtime.response import ActiveResponse
 
 MAX_BUFFER_CHARS = 4096  # the input text buffer and pending items, as for `input` over HTTP
 

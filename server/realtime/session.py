@@ -1,5 +1,5 @@
 """One Realtime session: its settings, its one response at a time, and every event it sends and receives (the
-route that opens it is server/routes_realtime.py). An `error` event never ends it."""
+route that opens it is server/realtime/routes.py). An `error` event never ends it."""
 
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from engine import (
     TextEnd,
     Timestamps,
 )
-from server import errors, voice_library
-from server.encoders import AudioFormat
+from server import errors
+from server.audio.encoders import AudioFormat
+from server.audio.transcode import AsyncTranscoder, Transcoder
 from server.http_protocol import abort_of
 from server.protocol import ResponseStatus
-from server.realtime_events import EventError, parse_event
-from server.realtime_input import InputText, check_room
-from server.realtime_protocol import (
+from server.realtime.events import EventError, parse_event
+from server.realtime.input import InputText, check_room
+from server.realtime.protocol import (
     AudioOut,
     AudioSection,
     ClientEvent,
@@ -51,10 +52,10 @@ from server.realtime_protocol import (
     TextClear,
     TextCommit,
 )
-from server.realtime_response import ActiveResponse, failed, outcome
+from server.realtime.response import ActiveResponse, failed, outcome
 from server.state import ServerState
-from server.transcode import AsyncTranscoder, Transcoder
-from server.voice_library import VoiceChoice
+from server.voices import library as voice_library
+from server.voices.library import VoiceChoice
 
 log = logging.getLogger("talkstream.realtime")
 PROTOCOL = "ws"

@@ -1,7 +1,7 @@
 """Audio that clients send (a voice sample, a consent recording, a one-off `ref_audio`): decoded from any container
 PyAV reads into what the voice encoders take, 24 kHz mono float32 in [-1, 1], in a decoder process with a time and
-memory budget (server/audio_decoder.py; the decoding and its limits: server/decoder_process.py). Every refusal is a
-400 whose message says what to change, with `param` naming the field."""
+memory budget (server/audio/decoder.py; the decoding and its limits: server/audio/decoder_process.py). Every refusal
+is a 400 whose message says what to change, with `param` naming the field."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import re
 
 import numpy as np
 
-from server import audio_decoder, decoder_process, errors
-from server.decoder_process import KINDS, MAX_SECONDS, MIN_SECONDS, RATE, Refusal
+from server import errors
+from server.audio import decoder as audio_decoder
+from server.audio import decoder_process
+from server.audio.decoder_process import KINDS, MAX_SECONDS, MIN_SECONDS, RATE, Refusal
 
 __all__ = ["KINDS", "MAX_BYTES", "MAX_SECONDS", "MIN_SECONDS", "RATE", "decode", "decode_async", "parse_ref_audio",
            "too_big"]
@@ -61,7 +63,7 @@ def decode(data: bytes, param: str) -> np.ndarray:
 
 
 async def decode_async(data: bytes, param: str) -> np.ndarray:
-    """`decode` in a decoder process (server/audio_decoder.py): no client's file can stall the event loop or other
+    """`decode` in a decoder process (server/audio/decoder.py): no client's file can stall the event loop or other
     streams, and each has a time and memory budget. 429 when too many files wait."""
     _check_size(data, param)
     try:

@@ -17,10 +17,10 @@ WebSocket are the same; Ray's proxy passes chunked responses and WebSockets thro
   (`record_autoscaling_stats`); `streams_policy` wants enough replicas for `target_streams` each.
 - Views: `/health` and `/metrics` are the answering replica's (`x-talkstream-replica` names it). The `Registry`, an
   application of its own at `/replicas`, keeps every replica's last report and answers `/replicas/health` and
-  `/replicas/metrics` for the whole application (server/ray_views.py), without a slot on any replica.
+  `/replicas/metrics` for the whole application (server/ray/views.py), without a slot on any replica.
 
 Ray is an optional extra (`pip install talkstream[ray]`): only this module imports it, and only `talkstream serve
---ray` (server/cli_ray.py), `serve run` / KubeRay (`build`, `build_registry`) and the tests import this module.
+--ray` (server/ray/cli.py), `serve run` / KubeRay (`build`, `build_registry`) and the tests import this module.
 """
 
 from __future__ import annotations
@@ -44,13 +44,13 @@ from ray.serve.deployment import Deployment
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine import EngineConfig, EngineState
-from server import ray_views
 from server.app import DEAD_GRACE_S, create_app
 from server.drain import drain
 from server.guard import SitePolicy
 from server.metrics import CONTENT_TYPE
+from server.ray import views as ray_views
 from server.state import ServerState, state_of
-from server.voice_db import Quota
+from server.voices.db import Quota
 
 log = logging.getLogger("talkstream.ray")
 APP_NAME = "talkstream"  # at /
@@ -72,7 +72,7 @@ class RayOptions:
     num_cpus: float = 1.0  # logical CPUs Ray reserves per replica
     num_gpus: float = 0.0  # 1 on CUDA: each replica gets a GPU of its own (Ray sets CUDA_VISIBLE_DEVICES)
     # per proxy: requests waiting for a replica, those whose replica is being picked included, so it must take a
-    # burst (Ray refuses past it, server/ray_app.py); default: one replica's admission limit
+    # burst (Ray refuses past it, server/ray/app.py); default: one replica's admission limit
     max_queued_requests: int | None = None
     # how often Ray asks a replica whether its engine is alive; Ray stops it after 3 failed checks in a row
     health_period_s: float = 1.0
@@ -126,7 +126,7 @@ views = FastAPI(title="Talkstream replicas", docs_url=None, redoc_url=None, open
                   logging_config={"enable_access_log": False})  # a report a second from each replica
 @serve.ingress(views)
 class Registry:
-    """Each replica's last report (server/ray_views.py), and the application's views made from them."""
+    """Each replica's last report (server/ray/views.py), and the application's views made from them."""
 
     def __init__(self, stale_s: float) -> None:
         self.reports = ray_views.Reports(stale_s)
@@ -286,7 +286,7 @@ def deploy(configs: Sequence[EngineConfig], options: RayOptions, blocking: bool 
 
 
 def build(args: dict[str, Any]) -> Any:
-    """For `serve run` / `serve deploy` / KubeRay (`import_path: server.ray_app:build`): engine settings as in
+    """For `serve run` / `serve deploy` / KubeRay (`import_path: server.ray.app:build`): engine settings as in
     `talkstream serve` (`model` a comma-separated list, and TALKSTREAM_* variables), the rest RayOptions' fields."""
     args = dict(args)
     models = str(args.pop("model", "tiny")).split(",")
@@ -302,7 +302,7 @@ def build(args: dict[str, Any]) -> Any:
 
 
 def build_registry(args: dict[str, Any]) -> Any:
-    """For `serve run` / KubeRay (`import_path: server.ray_app:build_registry`, `route_prefix: /replicas`)."""
+    """For `serve run` / KubeRay (`import_path: server.ray.app:build_registry`, `route_prefix: /replicas`)."""
     return build_registry_app(RayOptions(**_typed(RayOptions, dict(args))))
 
 

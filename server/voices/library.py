@@ -1,5 +1,5 @@
 """What a request's voice names, and what the engine's request carries for it: a checkpoint's built-in voice (by
-name), a created voice from the library (server/voice_store.py; by id or name), or a voice cloned for this request
+name), a created voice from the library (server/voices/store.py; by id or name), or a voice cloned for this request
 alone (`ref_audio`). Shared by the speech route and the Realtime session."""
 
 from __future__ import annotations
@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine import ClonePrompt, Engine, EngineState, VoiceKind
-from server import audio_input, errors, voice_names
+from server import errors
+from server.audio import input as audio_input
 from server.state import ServerState
-from server.voice_db import StorageError
-from server.voice_store import StoredVoice, VoiceStore
+from server.voices import names as voice_names
+from server.voices.db import StorageError
+from server.voices.store import StoredVoice, VoiceStore
 
 ID_PREFIX = "voice_"
 CANDIDATE_POOL = 200  # the latest created names an unknown one is compared with: a bounded query, a bounded match

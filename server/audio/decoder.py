@@ -1,4 +1,4 @@
-"""The decoder processes that decode clients' audio files (server/decoder_process.py), and the bounded queue in
+"""The decoder processes that decode clients' audio files (server/audio/decoder_process.py), and the bounded queue in
 front of them. The event loop only awaits a future: a file's decode holds no GIL of the server's, each file has a
 time budget (past it its process is killed and replaced) and a memory ceiling, and a full queue is a 429.
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from server import errors
-from server.decoder_process import ENV, HEADER, KINDS, MAX_SECONDS, Refusal
+from server.audio.decoder_process import ENV, HEADER, KINDS, MAX_SECONDS, Refusal
 
 log = logging.getLogger("talkstream.server")
 WORKERS = 2  # files decoded at once
@@ -37,7 +37,7 @@ MEMORY_BUDGET = 512 * 2**20  # a decoder's heap: a 30 s file peaks near 105 MiB 
 START_TIMEOUT_S = 60.0
 STOP_GRACE_S = 2.0
 RETRY_AFTER_S = 1.0
-_ROOT = Path(__file__).resolve().parents[1]  # where `server` is imported from, for the child's `-m`
+_ROOT = Path(__file__).resolve().parents[2]  # where `server` is imported from, for the child's `-m`
 
 
 class _Failed(Exception):
@@ -52,7 +52,7 @@ class _Decoder:
     """One decoder process; used by its worker thread, which started it (`kill` may come from another thread)."""
 
     def __init__(self) -> None:
-        cmd = [sys.executable, "-m", "server.decoder_process", str(os.getpid()), str(MEMORY_BUDGET)]
+        cmd = [sys.executable, "-m", "server.audio.decoder_process", str(os.getpid()), str(MEMORY_BUDGET)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, cwd=_ROOT,
                                      env={**os.environ, **ENV})
         assert self.proc.stdin is not None and self.proc.stdout is not None

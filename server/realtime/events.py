@@ -8,7 +8,7 @@ import json
 from pydantic import TypeAdapter, ValidationError
 
 from server import errors
-from server.realtime_protocol import ClientEvent
+from server.realtime.protocol import ClientEvent
 
 MAX_EVENT_CHARS = 64 * 1024  # one event; 4096 characters of text fit many times over
 _events: TypeAdapter[ClientEvent] = TypeAdapter(ClientEvent)

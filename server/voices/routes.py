@@ -1,6 +1,6 @@
 """OpenAI's custom voices API: consent recordings (`/v1/audio/voice_consents`) and the voices made under them, or
-from a description (`/v1/audio/voices`), kept in the voice library (server/voice_store.py). A request speaks a
-created voice by its id or name (server/voice_library.py)."""
+from a description (`/v1/audio/voices`), kept in the voice library (server/voices/store.py). A request speaks a
+created voice by its id or name (server/voices/library.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from starlette.datastructures import FormData
 from starlette.datastructures import UploadFile as FormFile
 
 from engine import Engine, VoiceKind
-from server import audio_input, errors, voice_names
+from server import errors
+from server.audio import input as audio_input
 from server.protocol import (
     MAX_INPUT_CHARS,
     ErrorEnvelope,
@@ -32,8 +33,9 @@ from server.protocol import (
     VoiceObject,
 )
 from server.state import ServerState, server_state
-from server.voice_library import check_name, require_kind, shown_name
-from server.voice_store import Consent, ConsentInUseError, NameTakenError, StoredVoice, VoiceStore
+from server.voices import names as voice_names
+from server.voices.library import check_name, require_kind, shown_name
+from server.voices.store import Consent, ConsentInUseError, NameTakenError, StoredVoice, VoiceStore
 
 router = APIRouter()
 T = TypeVar("T")

@@ -19,7 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
-from server.encoders_av import AvEncoderCore, ContainerSpec, PcmResampler
+from server.audio.encoders_av import AvEncoderCore, ContainerSpec, PcmResampler
 
 
 class AudioFormat(StrEnum):

@@ -12,7 +12,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from server import voice_names
+from server.voices import names as voice_names
 
 DB_NAME = "voices.sqlite3"
 DEFAULT_QUOTA_BYTES = 1 << 30
@@ -30,7 +30,7 @@ CREATE TABLE IF NOT EXISTS consents (
 );
 CREATE TABLE IF NOT EXISTS voices (
     id TEXT PRIMARY KEY,
-    name TEXT NOT NULL COLLATE NOCASE,  -- as shown: trimmed, NFKC (server/voice_names.py)
+    name TEXT NOT NULL COLLATE NOCASE,  -- as shown: trimmed, NFKC (server/voices/names.py)
     type TEXT NOT NULL CHECK (type IN ('audio_sample', 'prompt')),
     model TEXT NOT NULL,  -- the served model id it was made for: an x-vector belongs to one speaker encoder
     created_at INTEGER NOT NULL,

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from engine import AudioStream, FinishReason, SpeechInput, Timestamps
+from server.audio.transcode import AsyncTranscoder
 from server.protocol import ResponseStatus, incomplete, timed
-from server.realtime_protocol import (
+from server.realtime.protocol import (
     AudioDelta,
     AudioDone,
     AudioOut,
@@ -41,7 +42,6 @@ from server.realtime_protocol import (
     TranscriptDone,
     WordTimes,
 )
-from server.transcode import AsyncTranscoder
 
 EventId = Callable[[], str]
 

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import JSONResponse
 
 from server import errors
-from server.realtime_session import MAX_RESPONSES_PER_SESSION, SERVICE_RESTART, Session
+from server.realtime.session import MAX_RESPONSES_PER_SESSION, SERVICE_RESTART, Session
 from server.state import server_state
 
 __all__ = ["MAX_RESPONSES_PER_SESSION", "Session", "router"]
