@@ -18,8 +18,8 @@ from engine.config import EngineConfig
 from server import cli
 from server.http_protocol import default_max_connections
 from server.ray import cli as cli_ray
-from tests.server.audio import seconds
 from tests.server.conftest import LiveServer
+from tests.server.pcm import seconds
 
 
 def test_say_remote_writes_a_valid_wav(live: LiveServer, tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ import pytest
 
 from server.audio.encoders import AudioFormat
 from server.audio.transcode import Transcoder
-from tests.server.audio import PCM_RATE
 from tests.server.conftest import LiveServer
+from tests.server.pcm import PCM_RATE
 
 RATE = 24000
 

@@ -12,9 +12,9 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from tests.server.audio import PCM_RATE, decode, parse_wav_header, seconds
 from tests.server.conftest import LiveServer
 from tests.server.leaks import scrape
+from tests.server.pcm import PCM_RATE, decode, parse_wav_header, seconds
 
 TEXT = "Hello from the streaming speech server, this is a test."
 LONG_TEXT = "This sentence keeps going on and on so that the audio lasts for a good while. " * 12

@@ -41,7 +41,7 @@ class Child:
         cmd = [*prefix, sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--log-level", "error",
                *flags]
         env = {**os.environ, "TALKSTREAM_CACHE_DIR": str(cache)}  # the session's tiny checkpoint, not written again
-        self.proc = subprocess.Popen(cmd, cwd=Path(__file__).parents[2], env=env)
+        self.proc = subprocess.Popen(cmd, cwd=Path(__file__).parents[3], env=env)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and self.proc.poll() is None:
             try:

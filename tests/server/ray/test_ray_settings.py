@@ -1,6 +1,6 @@
 """How Talkstream is laid out on Ray Serve (server/ray/app.py, server/ray/cli.py), without a cluster: the deployment
 settings each way of starting it gives, the autoscaling policy, `serve run`'s typed arguments and `talkstream serve
---ray`'s wiring. tests/server/test_ray_serve.py runs the same application on a local cluster."""
+--ray`'s wiring. tests/server/ray/test_ray_serve.py runs the same application on a local cluster."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from engine.config import EngineConfig
 from talker.models.tokenizer import load_tokenizer
 from tests.conftest import OFFICIAL_BASE
 from tests.server.conftest import LiveServer, start_server
-from tests.server.test_routes_voices import BASE, REF, clone, consent, created, speak
+from tests.server.voices.test_routes_voices import BASE, REF, clone, consent, created, speak
 
 LONG = ("word " * 1000)[:4095]  # the transcript: far past the 1024 prompt tokens of the default max_len
 

@@ -23,8 +23,8 @@ from server.audio import decoder as audio_decoder
 from server.audio import input as audio_input
 from server.audio.decoder import MEMORY_BUDGET, TIME_BUDGET_S, DecoderPool
 from tests.conftest import FIXTURES
+from tests.server.audio.test_audio_input import encode, lying_wav, tone
 from tests.server.conftest import LiveServer
-from tests.server.test_audio_input import encode, lying_wav, tone
 from tests.server.test_process import Served, alive, wait_for
 
 REF = (FIXTURES / "voice-ref-a.wav").read_bytes()
