@@ -34,9 +34,9 @@ ARRIVES_AT = 3  # b is submitted while a's 4th step is in flight
 class Recorder:
     """The worker's publisher: per request, (step, codes [G]) in publication order."""
 
-    def __init__(self, eos: int, limits: dict[str, int]) -> None:
-        self.eos, self.limits = eos, limits
-        self.ended = {rid: threading.Event() for rid in limits}  # set at a request's EOS frame or frame cap
+    def __init__(self, eos: int = -1, limits: dict[str, int] | None = None) -> None:
+        self.eos, self.limits = eos, limits or {}
+        self.ended = {rid: threading.Event() for rid in self.limits}  # set at a request's EOS frame or frame cap
         self.rows: defaultdict[str, list[tuple[int, np.ndarray]]] = defaultdict(list)
         self.order: list[tuple[int, tuple[str, ...]]] = []
         self.errors: list[BaseException] = []
@@ -51,7 +51,7 @@ class Recorder:
         self.order.append((snap.step, ids))
         for row, rid in enumerate(ids):
             self.rows[rid].append((snap.step, snap.codes[row].numpy().copy()))
-            if self.rows[rid][-1][1][0] == self.eos or len(self.rows[rid]) == self.limits[rid]:
+            if rid in self.ended and (self.rows[rid][-1][1][0] == self.eos or len(self.rows[rid]) == self.limits[rid]):
                 self.ended[rid].set()
         snap.release()
 
