@@ -64,19 +64,21 @@ def test_each_model_speaks_as_it_does_alone(two: LiveServer, live: LiveServer) -
 
 def test_a_busy_model_does_not_starve_the_other(two: LiveServer) -> None:
     """Eight long streams keep the first model's engine busy; a request to the second completes meanwhile, and the
-    first keeps stepping while it runs (steps counted, not timed)."""
+    first keeps stepping while it runs (steps counted, not timed). The streams are read at most 100 ms of audio per
+    50 ms, so that they outlast that request however slowly a loaded machine runs it: read faster, they ended first
+    there (the engine makes audio only as fast as it is read, so the first model steps on while they are read)."""
     streaming, stop = threading.Barrier(9), threading.Event()
     read: list[int] = []
 
     def long_stream(i: int) -> None:
         body = {"model": "tiny", "voice": "alloy", "input": LONG_TEXT * 6, "seed": i, "response_format": "pcm"}
         with httpx.stream("POST", two.url + "/v1/audio/speech", json=body, timeout=120) as resp:
-            chunks = resp.iter_bytes()
+            chunks = resp.iter_bytes(4800)  # 100 ms of 24 kHz PCM
             total = len(next(chunks))
             streaming.wait(60)
             for chunk in chunks:  # until the test has seen what it needs; closing the stream cancels the rest
                 total += len(chunk)
-                if stop.is_set():
+                if stop.wait(0.05):
                     break
             read.append(total)
 
