@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -23,9 +24,9 @@ STAMPS = "<timestamp><timestamp>"
 
 
 class Aligner:
-    def __init__(self, directory: Path, korean: frozenset[str] = frozenset(), device: str = "cpu") -> None:
-        """`korean`: the official Korean word list's words (`korean.korean_words`); without them Korean tokens stay
-        whole."""
+    def __init__(self, directory: Path, korean: Callable[[], frozenset[str]] = frozenset, device: str = "cpu") -> None:
+        """`korean`: gives the official Korean word list's words (`korean.KoreanWordlist`), asked only when a Korean
+        text is aligned; without them Korean tokens stay whole."""
         self.korean, self.device = korean, torch.device(device)
         self.model = ForcedAligner.load(directory).to_device(self.device)
         self.features = Features(directory)
@@ -38,7 +39,8 @@ class Aligner:
 
     def align(self, clips: list[Clip]) -> list[list[Word]]:
         """Each clip's words with their times (a clip with no words: none)."""
-        wordlists = [split_words(c.text, c.language, self.korean) for c in clips]
+        korean = self.korean() if any((c.language or "").lower() == "korean" for c in clips) else frozenset()
+        wordlists = [split_words(c.text, c.language, korean) for c in clips]
         todo = [i for i, words in enumerate(wordlists) if words]
         out: list[list[Word]] = [[] for _ in clips]
         if not todo:

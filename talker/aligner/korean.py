@@ -9,6 +9,9 @@ The list is the official wheel's `qwen_asr/inference/assets/korean_dict_jieba.di
 It is not in the aligner's checkpoint, so it is looked for beside the checkpoint, then in the cache, and else taken
 from the official wheel on PyPI (checked against its published sha256) and kept in the cache. Without it (offline,
 say) Korean tokens stay whole, as the official splitter does with an empty list.
+
+`KoreanWordlist` finds or fetches it on a thread of its own, started once the aligner has loaded: a Korean text waits
+for it, any other text never does (a first English alignment once waited ~30 s on a slow PyPI).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import io
 import logging
 import os
 import tempfile
+import threading
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -57,6 +61,28 @@ def korean_words(checkpoint: Path, cache_dir: Path) -> frozenset[str]:
     """The official Korean word list's words (none if it cannot be had)."""
     path = find_wordlist(checkpoint, cache_dir)
     return read_wordlist(path) if path else frozenset()
+
+
+class KoreanWordlist:
+    """The official Korean word list, looked for (and fetched) from construction on a daemon thread; calling it waits
+    for the words (none if they cannot be had)."""
+
+    def __init__(self, checkpoint: Path, cache_dir: Path) -> None:
+        self._words: frozenset[str] = frozenset()
+        self._ready = threading.Event()
+        threading.Thread(target=self._find, args=(checkpoint, cache_dir), name="korean-wordlist", daemon=True).start()
+
+    def __call__(self) -> frozenset[str]:
+        self._ready.wait()
+        return self._words
+
+    def _find(self, checkpoint: Path, cache_dir: Path) -> None:
+        try:
+            self._words = korean_words(checkpoint, cache_dir)
+        except Exception:  # an unreadable list: whole tokens, as offline
+            log.exception("the official Korean word list could not be read: Korean words are whole tokens")
+        finally:
+            self._ready.set()
 
 
 def find_wordlist(checkpoint: Path, cache_dir: Path) -> Path | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from talker.aligner.aligner import Aligner
-from talker.aligner.korean import korean_words
+from talker.aligner.korean import KoreanWordlist
 from talker.aligner.process import Timed
 from talker.aligner.words import Clip
 from talker.request import RequestFailedError
@@ -33,7 +33,7 @@ class AlignerOnDevice:
                 aligner = Aligner(self.directory, device=str(self.device))
             except Exception as exc:
                 raise RequestFailedError(f"the aligner failed: {type(exc).__name__}: {exc}", "aligner_error") from None
-            aligner.korean = korean_words(self.directory, self.cache_dir)
+            aligner.korean = KoreanWordlist(self.directory, self.cache_dir)  # once the checkpoint is known to load
             if self.device.type == "cuda":
                 self._stream = torch.cuda.Stream(self.device)
             self._aligner = aligner

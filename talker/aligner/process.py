@@ -44,13 +44,13 @@ def _serve(conn: Connection, directory: Path, threads: int, cache_dir: Path) -> 
     import torch
 
     from talker.aligner.aligner import Aligner
-    from talker.aligner.korean import korean_words
+    from talker.aligner.korean import KoreanWordlist
     from talker.device import idle_only
 
     torch.set_num_threads(threads)
     try:
         loaded = Aligner(directory)
-        loaded.korean = korean_words(directory, cache_dir)  # once the checkpoint is known to load
+        loaded.korean = KoreanWordlist(directory, cache_dir)  # once the checkpoint is known to load
         aligner: Aligner | None = loaded
         problem = ""
     except Exception as exc:

@@ -49,7 +49,8 @@ CASE_LIST = _cases()
 
 @pytest.fixture(scope="module")
 def aligner(korean_wordlist: Path) -> Aligner:
-    return Aligner(CHECKPOINT, read_wordlist(korean_wordlist))
+    words = read_wordlist(korean_wordlist)
+    return Aligner(CHECKPOINT, lambda: words)
 
 
 def _words(result: list) -> list[tuple[str, float, float]]:
@@ -93,6 +94,24 @@ def test_the_aligner_in_the_engines_process_on_the_test_device(korean_wordlist: 
     broken.mkdir()
     with pytest.raises(RequestFailedError, match=r"missing checkpoint file: .*config\.json"):
         AlignerOnDevice(broken, device, tmp_path).languages()
+
+
+def test_only_a_korean_text_asks_for_the_korean_word_list(korean_wordlist: Path) -> None:
+    """The list may still be on its way from PyPI: a batch with no Korean text is aligned without asking for it."""
+    asked: list[int] = []
+    words = read_wordlist(korean_wordlist)
+
+    def korean() -> frozenset[str]:
+        asked.append(1)
+        return words
+
+    aligner = Aligner(CHECKPOINT, korean)
+    others = [c for c in CASE_LIST if c[1].language != "Korean"]
+    assert [_words(g) for g in aligner.align([c[1] for c in others])] == [c[2] for c in others]
+    assert not asked
+    korean_case = next(c for c in CASE_LIST if c[1].language == "Korean")
+    assert _words(aligner.align([korean_case[1]])[0]) == korean_case[2]
+    assert asked == [1]
 
 
 def test_the_prompt_is_the_official_one(aligner: Aligner) -> None:

@@ -70,3 +70,15 @@ def test_a_list_beside_the_checkpoint_comes_first_and_offline_there_is_none(
     with caplog.at_level(logging.WARNING, "talkstream.aligner"):
         assert korean.find_wordlist(CHECKPOINT, tmp_path / "cache") is None
     assert "whole whitespace tokens" in caplog.text
+
+
+def test_the_list_is_found_on_a_thread_of_its_own_and_a_call_waits_for_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / korean.WORDLIST).write_text("부산 3 n\n")
+    assert korean.KoreanWordlist(tmp_path, tmp_path / "cache")() == {"부산"}
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with caplog.at_level(logging.WARNING, "talkstream.aligner"):
+        assert korean.KoreanWordlist(CHECKPOINT, tmp_path / "cache")() == frozenset()
+    assert "whole whitespace tokens" in caplog.text
