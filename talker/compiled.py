@@ -48,7 +48,14 @@ def wants_compile(mode: str, device: torch.device, arch: Qwen3TTSConfig) -> bool
 
 def use_cache_dir(cache_dir: Path) -> None:
     """Inductor's generated code goes under the engine's cache directory (unless the user chose another)."""
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir / "inductor"))
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(inductor_dir(cache_dir)))
+
+
+def inductor_dir(cache_dir: Path) -> Path:
+    """A directory per CPU instruction set torch runs: torch 2.13's cache does not tell code made for one from code
+    made for another (made for AVX-512 and read under ATEN_CPU_CAPABILITY=avx2, a graph gave garbage; the other way
+    round, it crashed the process)."""
+    return cache_dir / "inductor" / torch.backends.cpu.get_cpu_capability().lower()
 
 
 class Programs:

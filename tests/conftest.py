@@ -6,6 +6,7 @@ runs the CPU-only tests on CUDA)."""
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from hypothesis import settings
 
 from engine.config import EngineConfig
 from engine.tiny import ensure_tiny
+from talker.compiled import inductor_dir
 
 # Hypothesis: a failure prints the `@reproduce_failure` blob that replays it (print_blob); no example database is
 # kept between runs; no per-example deadline (a speed threshold: timing belongs in benchmarks). "dev" draws new
@@ -23,6 +25,10 @@ from engine.tiny import ensure_tiny
 settings.register_profile("dev", print_blob=True, database=None, deadline=None)
 settings.register_profile("ci", print_blob=True, database=None, deadline=None, derandomize=True)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+# what torch.compile makes, kept between runs, apart per CPU instruction set (talker/compiled.py `inductor_dir`): the
+# capability runs of scripts/test go beside the main run, and torch's cache mixes up their code
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(inductor_dir(Path(tempfile.gettempdir()) / "talkstream-tests")))
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "official"  # written by the official package
 OFFICIAL_TINY = FIXTURES / "qwen3-tts-tiny-official-cv"

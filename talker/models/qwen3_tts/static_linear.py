@@ -4,8 +4,10 @@ gets alone, whatever the bucket and the rows beside it.
 - A small CPU weight: products and sums the compiler writes itself, a row at a time (a library call costs more than
   the arithmetic, and a library GEMM's result for a row changes with the rows beside it).
 - A large float32 CPU weight: oneDNN's linear on a copy prepacked once for 16 rows, as a registered op
-  (`static_ops.project`): on that layout its sums run in one order whatever the row count, one row included (MKL's
+  (`static_ops.project`): on that layout its sums run in one order whatever the row count of two or more (MKL's
   and oneDNN's on a layout for one row take a matrix-vector kernel for a single row, which sums in another order).
+  A row alone goes as two copies of itself: with AVX-512 (and K over 1024) oneDNN sums even the prepacked layout's
+  single row in another order.
 - An int8 CPU weight (`--quantize int8`): the arithmetic of `linear.Int8Linear` with its steps split: each row scaled
   to an absolute maximum of 1 and the sentinel row appended in the graph (fused with the ops around them), fbgemm's
   dynamic int8 linear as the one library call, the row's scale multiplied back in the graph.
@@ -87,6 +89,10 @@ def static_linear(p: Projection | nn.Module) -> Linear:
 
 
 def _onednn(x: Tensor, packed: object, bias: Tensor | None) -> Tensor:
+    rows = x.reshape(-1, x.shape[-1])  # [M, K]
+    if rows.shape[0] == 1:  # AVX-512: oneDNN sums a row alone in another order than a row among others (K > 1024)
+        two = torch.ops.mkldnn._linear_pointwise(torch.cat((rows, rows)), packed, bias, "none", [], "")  # [2, N]
+        return two[:1].view(*x.shape[:-1], two.shape[-1])
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
