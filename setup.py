@@ -1,6 +1,6 @@
 """The native CPU kernels, compiled when the package is installed (`pip install .`, `pip install -e .`, a wheel).
 
-They are plain C libraries, loaded with ctypes (talker/native.py), built as extension modules so that setuptools
+They are plain C libraries, loaded with ctypes (common/native.py), built as extension modules so that setuptools
 compiles them with the platform's compiler and the wheel carries them; none defines a Python module. The flags are
 portable (no -march=native): a wheel built on one x86-64 machine runs on every other. Linux only (glibc's libmvec);
 elsewhere, or if the build fails, the package installs without them and the torch paths run.

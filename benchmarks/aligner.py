@@ -29,13 +29,13 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from common.request import SpeechRequest
 from engine.config import EngineConfig, default_cache_dir
 from engine.engine import Engine
 from output_builder.streams import AudioStream, Timestamps
 from talker.aligner.aligner import Aligner
 from talker.aligner.model import AlignerConfig, ForcedAligner, checkpoint_name
 from talker.aligner.words import Clip
-from talker.request import SpeechRequest
 from talker.snapshot import step_gaps_us
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,10 +23,10 @@ import torch
 
 import talker.models.qwen3_tts.static as static_math
 import talker.runner as eager_math
+from common.request import SpeechRequest
 from engine.config import EngineConfig
 from engine.engine import Engine
 from output_builder.streams import AudioStream
-from talker.request import SpeechRequest
 from talker.snapshot import step_gaps_us
 
 TEXT = "The quick brown fox jumps over the lazy dog, then streams a little more speech for the benchmark."

@@ -5,10 +5,10 @@ import argparse
 import asyncio
 import statistics
 
+from common.request import SpeechRequest
 from engine.config import EngineConfig
 from engine.engine import Engine
 from output_builder.streams import AudioStream
-from talker.request import SpeechRequest
 
 TEXT = "The quick brown fox jumps over the lazy dog, then streams a little more speech."
 

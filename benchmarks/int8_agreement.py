@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common.request import SpeechRequest
 from engine.config import default_cache_dir
 from engine.tiny import ensure_tiny
-from talker.models.frontend import Frontend, load_tokenizer
+from frontend.frontend import Frontend, load_tokenizer
 from talker.models.loader import LoadedTalker, load_talker
-from talker.request import SpeechRequest
 from talker.runner import Runner
 from talker.scheduler import Scheduler, Seq
 

@@ -16,9 +16,9 @@ import json
 import statistics
 import time
 
+from common.request import SpeechRequest
 from engine.config import EngineConfig
 from engine.engine import Engine
-from talker.request import SpeechRequest
 
 TEXT = "The quick brown fox jumps over the lazy dog, and the dog jumps back over the fox again and again."
 

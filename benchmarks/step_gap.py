@@ -23,16 +23,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks.op_count import step_ops
+from common.request import SpeechRequest
 from engine.config import EngineConfig, OutputMode
 from engine.engine import Engine
 from engine.tiny import ensure_tiny
+from frontend.frontend import FRAMES_PER_TOKEN, Frontend, load_tokenizer
 from output_builder.streams import AudioStream
 from talker.device import resolve_device
-from talker.models.frontend import FRAMES_PER_TOKEN, Frontend, load_tokenizer
 from talker.models.hub import resolve
 from talker.models.loader import load_talker, resolve_dtype
-from talker.op_count import step_ops
-from talker.request import SpeechRequest
 from talker.snapshot import StepTiming, gpu_gaps_us, step_gaps_us
 
 TEXT = "hello world this is the talkstream step gap benchmark " * 15
@@ -210,7 +210,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     out["batch"], out["frames_per_request"] = args.batch, args.steps
     out["memory"] = results[OutputMode.SYNC].memory  # the sync engine holds the codec here, so it sizes its state
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    # torch calls and host syncs of one steady step (talker/op_count.py), counted after the timed runs
+    # torch calls and host syncs of one steady step (benchmarks/op_count.py), counted after the timed runs
     out |= await asyncio.to_thread(measure, EngineConfig.from_env(model=args.model, device=args.device), args.batch)
     if args.svg:
         Path(args.svg).parent.mkdir(parents=True, exist_ok=True)

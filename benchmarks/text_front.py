@@ -20,12 +20,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from common.request import SpeechRequest
 from engine.config import EngineConfig
 from engine.loaded import frontend_for
-from talker.models.language import LanguageDetector
-from talker.models.lexicon import Lexicon
-from talker.models.pauses import split_pauses
-from talker.request import SpeechRequest
+from frontend.language import LanguageDetector
+from frontend.lexicon import Lexicon
+from frontend.pauses import split_pauses
 
 ENGLISH = "The weather is lovely today, and we are going for a walk along the river before lunch. "
 CHINESE = "今天天气很好，我们午饭前沿着河边散步，然后去公园看看花。"

@@ -34,12 +34,12 @@ import numpy as np
 import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 
+from common.request import EngineState
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.text_input import HEAD
 from server.app import create_app
 from server.state import state_of
-from talker.request import EngineState
 from talker.snapshot import StepSnapshot
 
 PCM_BYTES_PER_S = 24000 * 2

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
+from common.request import ClonePrompt, SpeechRequest
 from engine.config import EngineConfig
 from engine.engine import Engine
-from talker.request import ClonePrompt, SpeechRequest
 from talker.snapshot import step_gaps_us
 
 FIXTURES = "tests/fixtures/official"  # run from the repository's root, as the other benchmarks

@@ -11,8 +11,7 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.config import EngineConfig, OutputMode, api_key_from_env, default_cache_dir
-from talker.request import (
+from common.request import (
     MAX_INPUT_CHARS,
     MAX_TEXT_S,
     MIN_TEXT_RATE,
@@ -30,18 +29,19 @@ from talker.request import (
     TextLayout,
     VoiceKind,
 )
+from engine.config import EngineConfig, OutputMode, api_key_from_env, default_cache_dir
 
 if TYPE_CHECKING:
+    from common.children import die_with_parent, spawn
     from engine.engine import Engine
     from engine.text_input import SpeechInput
     from output_builder.streams import AudioStream, Timestamps, Usage
-    from talker.children import die_with_parent, spawn
     from talker.snapshot import StepTiming
 
 _LAZY = {"Engine": "engine.engine", "SpeechInput": "engine.text_input", "AudioStream": "output_builder.streams",
          "Usage": "output_builder.streams", "Timestamps": "output_builder.streams", "StepTiming": "talker.snapshot",
-         # for a child process of the server's own: it dies with the server (talker/children.py)
-         "die_with_parent": "talker.children", "spawn": "talker.children"}
+         # for a child process of the server's own: it dies with the server (common/children.py)
+         "die_with_parent": "common.children", "spawn": "common.children"}
 
 __all__ = [
     "MAX_INPUT_CHARS", "MAX_TEXT_S", "MIN_TEXT_RATE", "AudioStream", "ClonePrompt", "Engine", "EngineBusyError",

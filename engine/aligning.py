@@ -16,13 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.request import RequestError, RequestFailedError, SpeechRequest, StreamingSpeechRequest
 from output_builder.streams import AudioStream, Timestamps
 from output_builder.timing import WordTimer
 from talker.aligner.on_device import AlignerOnDevice
 from talker.aligner.process import AlignerProcess
 from talker.aligner.words import Clip
 from talker.models.qwen3_tts.config import CheckpointError
-from talker.request import RequestError, RequestFailedError, SpeechRequest, StreamingSpeechRequest
 
 log = logging.getLogger("talkstream.aligner")
 MAX_BATCH_CLIPS = 8  # clips in one aligner call

@@ -16,8 +16,8 @@ from typing import Literal
 
 import numpy as np
 
-from talker.request import ClonePrompt, EngineBusyError, EngineDeadError
-from talker.voices.process import VoiceProcess
+from common.request import ClonePrompt, EngineBusyError, EngineDeadError
+from engine.voices.process import VoiceProcess
 
 CloneKind = Literal["one_off", "creation"]
 KINDS: tuple[CloneKind, CloneKind] = ("one_off", "creation")

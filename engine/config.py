@@ -43,7 +43,7 @@ class EngineConfig:
     max_ahead_s: float = 8.0  # audio buffered ahead of a reader before its request is paused
     reader_timeout_s: float = 30.0  # a reader that reads nothing for this long while audio waits is dropped
     text_timeout_s: float = 10.0  # a text arriving over time that is quiet this long ends as if finished
-    lexicon: Path | None = None  # a JSON object of word → respelling (talker/models/lexicon.py); SIGHUP reloads it
+    lexicon: Path | None = None  # a JSON object of word → respelling (frontend/lexicon.py); SIGHUP reloads it
     aligner: str | None = None  # a Qwen3-ForcedAligner checkpoint (directory or Hub id): word timestamps on request
     cache_dir: Path = field(default_factory=default_cache_dir)
     tuning: Tuning = field(default_factory=Tuning)  # not read from the environment

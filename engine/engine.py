@@ -1,11 +1,15 @@
-"""The engine's Python API, used by the server: start/stop from a config, `submit(request) → AudioStream`."""
+"""The engine's Python API, used by the server: start/stop from a config, `submit(request) → AudioStream`.
+
+`Engine` is the lifecycle (start wires the loaded parts, drain and stop take them down, a dead part marks the whole
+engine dead) and the face of the rest: submission (engine/submission.py), the one record of live requests and its
+admission check (engine/live.py), the watchdog (engine/watchdog.py), clones (engine/cloning.py), word timestamps
+(engine/aligning.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import overload
@@ -13,44 +17,38 @@ from typing import overload
 import numpy as np
 import torch
 
-from engine.aligning import Alignment, check_timestamps
-from engine.cloning import CloneKind, Cloning
-from engine.config import EngineConfig, OutputMode
-from engine.loaded import Loaded, load
-from engine.text_input import HEAD, SpeechInput
-from engine.watchdog import drop_idle_readers, end_overdue_texts, watch
-from output_builder.assembler import RequestOutput
-from output_builder.bridge import AsyncBridge
-from output_builder.chunk_decoder import ChunkDecoder, InProcessCodec
-from output_builder.pipeline import OutputPipeline
-from output_builder.repetition import RepeatWatch
-from output_builder.streams import AudioStream
-from output_builder.sync_bridge import SyncBridge
-from talker.compiled import use_cache_dir, wants_compile
-from talker.device import DeviceLayer
-from talker.models.frontend import Prepared, Voice
-from talker.models.hub import is_directory
-from talker.models.lexicon import Lexicon
-from talker.models.normalize import worth_normalizing
-from talker.models.text_stream import visible_chars
-from talker.request import (
+from common.request import (
     ClonePrompt,
-    EngineBusyError,
     EngineDeadError,
     EngineState,
-    FinishReason,
     RequestError,
     SpeechRequest,
     StreamingSpeechRequest,
     VoiceKind,
 )
-from talker.scheduler import Seq, TextFeed
+from engine.aligning import Alignment
+from engine.cloning import CloneKind, Cloning
+from engine.config import EngineConfig, OutputMode
+from engine.live import LiveRequests
+from engine.loaded import Loaded, load
+from engine.submission import Submission
+from engine.text_input import SpeechInput
+from engine.watchdog import drop_idle_readers, end_overdue_texts, watch
+from frontend.frontend import Prepared, Voice
+from frontend.lexicon import Lexicon
+from output_builder.assembler import RequestOutput
+from output_builder.bridge import AsyncBridge
+from output_builder.chunk_decoder import ChunkDecoder, InProcessCodec
+from output_builder.pipeline import OutputPipeline
+from output_builder.streams import AudioStream
+from output_builder.sync_bridge import SyncBridge
+from talker.compiled import use_cache_dir, wants_compile
+from talker.device import DeviceLayer
+from talker.models.hub import is_directory
 from talker.static_runner import build_runner
-from talker.worker import Abort, Pause, Stop, Submit, TalkerWorker
+from talker.worker import Abort, Stop, TalkerWorker
 
 log = logging.getLogger("talkstream.engine")
-LONG_TEXT_CHARS = 128  # `prepare` works off the event loop on a longer text (a shorter one takes under a millisecond)
-NO_LIMIT = 1 << 62  # frames: a response the client set no limit for
 
 
 class Engine:
@@ -63,10 +61,8 @@ class Engine:
         self.worker: TalkerWorker | None = None
         self.pipeline: OutputPipeline | None = None
         self._loaded: Loaded | None = None
-        self._outputs: dict[str, RequestOutput] = {}
-        self._inputs: dict[str, SpeechInput] = {}  # texts still arriving
-        self._blank: set[str] = set()  # streamed texts with no visible character yet: they take no admission place
-        self._prepared: dict[str, Prepared] = {}  # by request id: `prepare` done ahead, for its `submit`
+        self.live = LiveRequests(config.max_batch + config.max_queue)  # the one record of each live request
+        self._submission: Submission | None = None  # once started
         self._bridge: AsyncBridge | SyncBridge | None = None
         self._codec_pool: ThreadPoolExecutor | None = None
         self._cloning: Cloning | None = None  # Base checkpoints
@@ -90,7 +86,8 @@ class Engine:
         self._codec_pool = ThreadPoolExecutor(2, "codec-worker", initializer=torch.set_num_threads,
                                               initargs=(loaded.threads.codec,))
         backend = loaded.codec_process or InProcessCodec(loaded.codec)  # type: ignore[arg-type]
-        self.pipeline = OutputPipeline(ChunkDecoder(backend), self._mark_dead, cfg.tuning.codec_batch_frames)
+        self.pipeline = OutputPipeline(ChunkDecoder(backend), self._mark_dead, self.live.find,
+                                       cfg.tuning.codec_batch_frames)
         if cfg.output_mode is OutputMode.ASYNC:
             self._bridge = AsyncBridge(self._loop, self.pipeline, self._codec_pool, self._abort,
                                        codec_timeout_s=cfg.tuning.codec_timeout_s, first_due=self._first_due,
@@ -118,6 +115,9 @@ class Engine:
         self.worker = TalkerWorker(runner, device, cfg.max_batch, self._bridge, loaded.talker.cfg.codec.eos,
                                    knobs.max_prefills_per_step, knobs.timing_ring, knobs.max_prefill_tokens,
                                    knobs.prefill_midstep and loaded.device.type == "cpu")
+        self._submission = Submission(loaded, cfg, self.live, self.pipeline, self.worker, self._alignment, self._loop,
+                                      self.check_admission, self._abort, self._fail,
+                                      lambda: self.state is not EngineState.DEAD)
         self._bridge.start()
         self.worker.start()
         self._watchdog = self._loop.create_task(watch(self._check), name="reader-watchdog")
@@ -145,7 +145,7 @@ class Engine:
         deadline = time.monotonic() + timeout
         while self.active_requests() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        for out in list(self._outputs.values()):
+        for out in self.live.outputs():
             self._fail(out, EngineDeadError("the server is shutting down"))
 
     async def stop(self) -> None:
@@ -153,7 +153,7 @@ class Engine:
             return
         if self.state is not EngineState.DEAD:
             self.state = EngineState.DRAINING
-        for out in list(self._outputs.values()):
+        for out in self.live.outputs():
             self._fail(out, EngineDeadError("the engine stopped"))
         if self._watchdog is not None:
             self._watchdog.cancel()
@@ -172,21 +172,12 @@ class Engine:
             await asyncio.to_thread(self._loaded.codec_process.stop)
         self.state = EngineState.STOPPED if self.state is not EngineState.DEAD else EngineState.DEAD
 
-    # Requests -------------------------------------------------------------------------------------
+    # Requests (engine/submission.py) ------------------------------------------------------------
     async def prepare(self, request: SpeechRequest) -> Prepared:
         """`submit`'s validation, tokenization, splitting, language detection and normalisation, done ahead, off the
         event loop for a long text or one with something to read out, where they take milliseconds (20 for 4,096
         characters; 10 for a Chinese sentence's numbers). The next `submit` of the request takes it as it is."""
-        self.check_admission()
-        check_timestamps(request, self._alignment)
-        assert self._loaded is not None
-        frontend = self._loaded.frontend
-        if len(request.text) <= LONG_TEXT_CHARS and not (request.normalize and worth_normalizing(request.text)):
-            prepared = frontend.prepare(request)
-        else:
-            prepared = await asyncio.to_thread(frontend.prepare, request)
-        self._prepared[request.request_id] = prepared  # (the caller submits it next, with no await between)
-        return prepared
+        return await self._submission_or_refusal().prepare(request)
 
     @overload  # the subclass first: mypy calls that overlap unsafe, since a SpeechRequest may be one
     def submit(self, request: StreamingSpeechRequest) -> SpeechInput: ...  # type: ignore[overload-overlap]
@@ -199,126 +190,18 @@ class Engine:
         EngineDeadError. A request whose text arrives over time returns its handle (`append`, `finish`, and the
         audio `stream`)."""
         if isinstance(request, StreamingSpeechRequest):
-            return self._submit_streaming(request)
+            return self._submission_or_refusal().submit_streaming(request)
         return self.submit_many([request])[0]
 
     def submit_many(self, requests: list[SpeechRequest]) -> list[AudioStream]:
         """Submit requests that the worker sees together (admitted in one step when slots allow)."""
-        ahead = [self._prepared.pop(r.request_id, None) for r in requests]  # first: nothing stays behind on a refusal
-        self.check_admission(len(requests))
-        assert self._loaded is not None and self.worker is not None
-        if any(isinstance(r, StreamingSpeechRequest) for r in requests):
-            raise RequestError("a request whose text arrives over time is submitted on its own", param="text")
-        for r in requests:
-            check_timestamps(r, self._alignment)
-        prepared = [p if p is not None and p.request is r else self._loaded.frontend.prepare(r)
-                    for p, r in zip(ahead, requests, strict=True)]
-        self._check_ids([r.request_id for r in requests])
-        seqs = tuple(self._seq_for(p) for p in prepared)
-        self.worker.send(Submit(seqs))
-        return [self._outputs[seq.request_id].stream for seq in seqs]
+        return self._submission_or_refusal().submit(requests)
 
-    def _check_ids(self, ids: list[str]) -> None:
-        if len(set(ids)) != len(ids) or any(rid in self._outputs for rid in ids):
-            raise RequestError("request_id is already in use", param="request_id")
-
-    def _submit_streaming(self, request: StreamingSpeechRequest) -> SpeechInput:
-        blank = not visible_chars(request.text)  # admitted at its first visible character (`admit`)
-        self.check_admission(0 if blank else 1)
-        check_timestamps(request, self._alignment)
-        assert self._loaded is not None and self.worker is not None
-        frontend, worker, rid = self._loaded.frontend, self.worker, request.request_id
-        s = frontend.prepare_stream(request)
-        self._check_ids([rid])
-        out = self._output(rid, s.limit)
-
-        def start(head: list[int], done: bool) -> None:
-            if len(head) < HEAD:  # the text ended blank: nothing to speak
-                assert self.pipeline is not None
-                self.pipeline.abandon(out)
-                out.stream.finish(FinishReason.EOS)
-                return
-            seq = Seq(rid, frontend.stream_prompt(s, head), s.params, s.seed, s.max_frames, out.stream_id,
-                      feed=TextFeed(head[HEAD:], done))
-            worker.send(Submit((seq,)))
-
-        def admit() -> bool:
-            """Its first visible character: it takes an admission place now, or ends (failed) if there is none."""
-            try:
-                self.check_admission(1)
-            except (EngineBusyError, EngineDeadError) as exc:
-                self._fail(out, exc)
-                return False
-            finally:
-                self._blank.discard(rid)
-            return True
-
-        if blank:
-            self._blank.add(rid)
-        def ended(tokens: int) -> None:  # its speech's cap, by its whole text (the output side cuts it there)
-            out.caps = (min(s.max_frames, frontend.cap(tokens)),)
-
-        handle = SpeechInput(rid, out.stream, frontend.tokenizer.stream(), start, worker.send,
-                             self.config.tuning.text_width - 1, len(s.instruct or ()), admit if blank else None, ended)
-        self._inputs[rid] = handle
-        if request.text:
-            try:
-                handle.append(request.text)
-            except RequestError:
-                out.stream.cancel()  # the caller never sees it: nothing may stay behind
-                raise
-        return handle
-
-    def _seq_for(self, p: Prepared) -> Seq:
-        out = self._output(p.request.request_id, p.limit, len(p.segments) - 1, self._segment_ended(p))
-        out.caps = p.caps
-        out.pauses = tuple(round(seconds * self.sample_rate) for seconds in p.pauses)
-        out.stream.transcript, out.stream.language = p.spoken, p.language
-        if p.detected is not None:
-            log.info("request %s: language detected per segment: %s", out.request_id,
-                     ", ".join(lang or "unsure (the model's default)" for lang in p.detected))
-        out.stream.usage.input_tokens = p.input_tokens
-        if p.request.timestamps and self._alignment is not None:
-            out.timer = self._alignment.timer(out.stream, p.texts, p.detected or (p.language,) * len(p.texts))
-        if (ref := p.prompt.reference) is not None:
-            out.context = np.array(ref.codes, dtype=np.int64).T  # [G, F]
-        return Seq(out.request_id, p.prompt, p.params, p.seed, min(p.max_frames, out.max_frames), out.stream_id)
-
-    def _output(self, rid: str, limit: int | None, segments_left: int = 0,
-                on_segment_end: Callable[[RequestOutput], None] | None = None) -> RequestOutput:
-        assert self._loaded is not None
-        cfg = self.config
-        stream = AudioStream(rid, self.sample_rate, cfg.max_ahead_s, self._abort, self._pace)
-        eos = self._loaded.talker.cfg.codec.eos
-        out = RequestOutput(rid, stream, limit or NO_LIMIT, eos, cfg.tuning.first_chunk_frames, cfg.tuning.chunk_frames,
-                            segment_frames=self._loaded.frontend.max_frames, segments_left=segments_left,
-                            on_segment_end=on_segment_end, watch=RepeatWatch(self._loaded.frontend.frame_rate),
-                            on_cut=self._cut)
-        self._outputs[rid] = out
-        assert self.pipeline is not None
-        self.pipeline.outputs[out.stream_id] = out  # the key its Seqs carry across the bridge
-        return out
-
-    def _segment_ended(self, p: Prepared) -> Callable[[RequestOutput], None]:
-        """What starts a long text's next segment once the output side has seen the last one end (on the event
-        loop, where aborts happen too: a request aborted meanwhile starts nothing)."""
-        assert self._loop is not None
-        loop = self._loop
-
-        def submit_next(out: RequestOutput) -> None:
-            if out.closed or out.stream.done or self.worker is None or self.state is EngineState.DEAD:
-                return
-            frames = min(out.segment_cap, out.max_frames - out.frames)
-            seq = Seq(out.request_id, p.segments[out.segment], p.params, p.seed, frames, out.stream_id,
-                      segment=out.segment)
-            self.worker.send(Submit((seq,)))
-            if out.stream.paused:  # its reader is behind: the new Seq waits like the last one did
-                self.worker.send(Pause(out.request_id, True))
-
-        def next_segment(out: RequestOutput) -> None:  # sync mode ends segments on the worker thread
-            loop.call_soon_threadsafe(submit_next, out)
-
-        return next_segment
+    def _submission_or_refusal(self) -> Submission:
+        if self._submission is None:  # not started, or its start failed
+            self.check_admission()
+        assert self._submission is not None
+        return self._submission
 
     def reload_lexicon(self) -> int | None:
         """Reads the lexicon file again (SIGHUP): the new one applies to requests from now on. Raises LexiconError
@@ -329,45 +212,25 @@ class Engine:
         self._loaded.frontend.lexicon = lexicon
         return len(lexicon)
 
-    def _cut(self, out: RequestOutput) -> None:
-        """The output side ended `out`'s current segment before its EOS: that segment's Seq stops."""
-        if self.worker is not None:
-            self.worker.send(Abort(out.request_id, out.segment))
-
     def check_admission(self, n: int = 1) -> None:
-        """Raises what `submit` would for `n` new requests on account of the engine: not ready (or dead), or full.
-        A route calls it before work of its own on a request (a voice to clone), so that work is not wasted. Every
-        request in flight takes a place (waiting for text too, parked or not), but a streamed text still blank."""
-        if self.state is EngineState.DEAD:
-            raise EngineDeadError(f"the engine is dead: {self.dead_reason}")
-        if self.state is not EngineState.READY:
-            raise EngineDeadError(f"the engine is {self.state.value}")
-        if self.active_requests() - len(self._blank) + n > self.config.max_batch + self.config.max_queue:
-            raise EngineBusyError("the server is at capacity; retry shortly", retry_after_s=1.0)
+        """Raises what `submit` would for `n` new requests on account of the engine: not ready (or dead), or full
+        (engine/live.py). A route calls it before work of its own on a request (a voice to clone), so that work is
+        not wasted."""
+        self.live.check_admission(self.state, self.dead_reason, n)
 
     def active_requests(self) -> int:
-        for rid in [rid for rid, out in self._outputs.items() if out.stream.done]:
-            del self._outputs[rid]
-            self._blank.discard(rid)
-        return len(self._outputs)
-
-    def _first_due(self) -> bool:
-        """A request with a Talker slot has no chunk yet: its first chunk wants the codec within a step or two."""
-        outs = self._outputs
-        return len(outs) <= self.config.max_batch and any(o.chunks == 0 and not o.closed for o in outs.values())
+        return len(self.live)
 
     def _abort(self, request_id: str) -> None:
-        self._inputs.pop(request_id, None)
-        self._blank.discard(request_id)
-        out = self._outputs.pop(request_id, None)
-        if out is not None and self.pipeline is not None:
-            self.pipeline.abandon(out)
+        """A request ends early (its stream cancelled or failed): the output side and the worker let go of it."""
+        live = self.live.end(request_id)
+        if live is not None and self.pipeline is not None:
+            self.pipeline.abandon(live.output)
         if self.worker is not None:
             self.worker.send(Abort(request_id))
 
-    def _pace(self, request_id: str, paused: bool) -> None:
-        if self.worker is not None:
-            self.worker.send(Pause(request_id, paused))
+    def _first_due(self) -> bool:
+        return self.live.first_due(self.config.max_batch)
 
     def _fail(self, out: RequestOutput, exc: BaseException) -> None:
         assert self.pipeline is not None
@@ -379,13 +242,13 @@ class Engine:
         self.state = EngineState.DEAD
         self.dead_reason = str(exc) or type(exc).__name__
         assert self.pipeline is not None
-        for out in list(self._outputs.values()):
+        for out in self.live.outputs():
             self.pipeline.fail_output(out, EngineDeadError(f"the engine is dead: {self.dead_reason}"))
 
     def _check(self, now: float) -> None:
         """The watchdog's rounds (engine/watchdog.py)."""
-        drop_idle_readers(self._outputs, self.config.reader_timeout_s, now, self._fail)
-        end_overdue_texts(self._inputs, self.config.text_timeout_s, now)
+        drop_idle_readers(self.live.outputs(), self.config.reader_timeout_s, now, self._fail)
+        end_overdue_texts(self.live.texts(), self.config.text_timeout_s, now)
         if self.state not in (EngineState.READY, EngineState.DRAINING):
             return
         if isinstance(self._bridge, SyncBridge):
@@ -420,7 +283,7 @@ class Engine:
     async def clone_prompt(self, wav: np.ndarray, transcript: str | None, param: str = "transcript",
                            kind: CloneKind = "creation") -> ClonePrompt:
         """A reference recording (float32 mono, 24 kHz) → the clone prompt of a voice, for Base checkpoints. With a
-        transcript: in-context cloning; without: x-vector only. Runs in the voice process (talker/voices/process.py),
+        transcript: in-context cloning; without: x-vector only. Runs in the voice process (engine/voices/process.py),
         queued by `kind` (a one-off `ref_audio` clone or a voice's creation) and cached (engine/cloning.py).
         An in-context prompt whose transcript and recording leave an input too little room is a RequestError naming
         `param` (the field that carries the transcript)."""
@@ -473,6 +336,6 @@ class Engine:
             "codec_jobs_in_flight": self.pipeline.jobs_in_flight if self.pipeline else 0,
             "snapshot_backlog": self._bridge.backlog if self._bridge else 0,
             "codec_streams": len(self.pipeline.decoder.open_streams) if self.pipeline else 0,
-            "output_routes": len(self.pipeline.outputs) if self.pipeline else 0,  # outputs the router can reach
+            "output_routes": sum(not o.closed for o in self.live.outputs()),  # outputs the router can reach
             "clone_jobs": self._cloning.jobs if self._cloning else 0,  # queued or being encoded
         }

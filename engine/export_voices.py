@@ -18,10 +18,10 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from common.portable_random import PortableRandom
+from engine.voices.speaker_encoder import PREFIX as SPEAKER_PREFIX
+from engine.voices.speaker_encoder import SpeakerEncoder, SpeakerEncoderArch
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
-from talker.models.portable_random import PortableRandom
-from talker.voices.speaker_encoder import PREFIX as SPEAKER_PREFIX
-from talker.voices.speaker_encoder import SpeakerEncoder, SpeakerEncoderArch
 
 KINDS = ("custom_voice", "base", "voice_design")
 SPEAKER_SEED, MIMI_SEED = 4321, 4322  # apart from tiny.py's, so the Talker's draws are the same in every kind
@@ -108,7 +108,7 @@ def mimi_encoder_weights(encoder_config: dict[str, Any]) -> dict[str, torch.Tens
     from transformers import MimiConfig, MimiModel
     from transformers.initialization import no_init_weights
 
-    from talker.voices.codec_encoder import _RENAMES, PARAM_PREFIX
+    from engine.voices.codec_encoder import _RENAMES, PARAM_PREFIX
 
     config = MimiConfig(**{k: v for k, v in encoder_config.items() if k != "model_type"})
     config.decoder_config = None  # as codec_encoder.py builds it: the tokenizer's decoder is not Mimi's

@@ -9,8 +9,12 @@ from pathlib import Path
 
 import torch
 
+from common.request import VoiceKind
 from engine.config import EngineConfig, OutputMode
 from engine.tiny import ensure_tiny
+from engine.voices.process import VoiceProcess
+from frontend.frontend import Frontend, load_tokenizer
+from frontend.lexicon import Lexicon
 from output_builder.codec_process import CodecProcess
 from output_builder.codecs.native import load_native
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
@@ -18,14 +22,10 @@ from talker.aligner.model import checked as aligner_files
 from talker.aligner.on_device import AlignerOnDevice
 from talker.aligner.process import AlignerProcess
 from talker.device import Threads, resolve_device, thread_plan, usable_cores
-from talker.models.frontend import Frontend, load_tokenizer
 from talker.models.hub import resolve
-from talker.models.lexicon import Lexicon
 from talker.models.loader import LoadedTalker, load_talker, resolve_dtype
 from talker.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig, read_json
-from talker.request import VoiceKind
 from talker.sampler_native import SamplingKernel, load_sampling_kernel
-from talker.voices.process import VoiceProcess
 
 log = logging.getLogger("talkstream.engine")
 

@@ -1,7 +1,7 @@
 """The text side of a request whose text arrives while it is spoken: what `Engine.submit(StreamingSpeechRequest)`
 returns, its audio `stream` beside `append` and `finish`. Event loop only.
 
-Tokens leave as they settle (talker/models/text_stream.py): the request goes to the Talker with its text's first
+Tokens leave as they settle (frontend/text_stream.py): the request goes to the Talker with its text's first
 token (the streaming layout's prompt holds it), each later token in a `Feed` that the worker writes into the slot's
 text row; the Talker waits, stepping nothing, whenever it has spoken every token it has.
 """
@@ -12,10 +12,10 @@ import logging
 import time
 from collections.abc import Callable
 
+from common.request import MAX_INPUT_CHARS, MAX_TEXT_S, MIN_TEXT_RATE, RequestError, TextEnd
+from frontend.text_stream import TextStream, visible_chars
 from output_builder.streams import AudioStream
 from talker.models.qwen3_tts.prompt import ROLE_TOKENS
-from talker.models.text_stream import TextStream, visible_chars
-from talker.request import MAX_INPUT_CHARS, MAX_TEXT_S, MIN_TEXT_RATE, RequestError, TextEnd
 from talker.worker import Feed
 
 log = logging.getLogger("talkstream.engine")

@@ -19,13 +19,13 @@ from safetensors.torch import save_file
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from torch import nn
 
+from common.portable_random import PortableRandom
 from engine.export_voices import check_kind, kind_config, kind_weights, write_speech_tokenizer
 from output_builder.codecs import CodecConfig, Qwen12HzCodec
-from talker.models.portable_random import PortableRandom
 from talker.models.qwen3_tts.config import Qwen3TTSConfig
 from talker.models.qwen3_tts.model import Qwen3TTSModel
 
-TINY_VERSION = 2  # 2: CPU-independent draws (talker/models/portable_random.py)
+TINY_VERSION = 2  # 2: CPU-independent draws (common/portable_random.py)
 SEED = 1234
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>")
 SPEAKERS = {"aria": 3061, "ben": 3062, "cleo": 3063, "dev": 3064}

@@ -36,7 +36,7 @@ class Tuning:
     worker_nice: int = 5  # the Talker thread and the codec process yield a busy core to the event loop
     native_kernels: bool = True  # the codec's and sampler's CPU kernels (compiled when the package is installed)
     warmup: bool = True  # a short request at start, so the first client's request does not pay for lazy setup
-    # a text whose language is not named is spoken in the language detected (talker/models/language.py); off, it
+    # a text whose language is not named is spoken in the language detected (frontend/language.py); off, it
     # goes to the model with none, as the official package sends it (the parity tests against its outputs)
     detect_language: bool = True
     timing_ring: int = 4096  # step timings kept for benchmarks and /metrics

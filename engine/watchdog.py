@@ -9,9 +9,9 @@ import logging
 import time
 from collections.abc import Callable
 
+from common.request import RequestFailedError
 from engine.text_input import SpeechInput
 from output_builder.assembler import RequestOutput
-from talker.request import RequestFailedError
 
 log = logging.getLogger("talkstream.engine")
 WATCHDOG_PERIOD_S = 0.5
@@ -27,20 +27,19 @@ async def watch(check: Callable[[float], None]) -> None:
             log.exception("engine watchdog check failed")
 
 
-def drop_idle_readers(outputs: dict[str, RequestOutput], timeout: float, now: float,
+def drop_idle_readers(outputs: list[RequestOutput], timeout: float, now: float,
                       fail: Callable[[RequestOutput, BaseException], None]) -> None:
-    for out in list(outputs.values()):
+    for out in outputs:
         if out.stream.idle_for(now) > timeout:
             log.warning("dropping request %s: its reader was idle for %.0f s", out.request_id, timeout)
             fail(out, RequestFailedError("the client stopped reading audio", code="reader_timeout"))
 
 
-def end_overdue_texts(inputs: dict[str, SpeechInput], timeout: float, now: float) -> None:
+def end_overdue_texts(texts: list[SpeechInput], timeout: float, now: float) -> None:
     """A text that is quiet, too slow or too old (`SpeechInput.overdue`) ends as if its writer had finished it."""
-    for rid, handle in list(inputs.items()):
+    for handle in texts:
         if handle.finished or handle.stream.done:
-            del inputs[rid]
-        elif (why := handle.overdue(now, timeout)) is not None:
-            log.warning("request %s: its text %s; ending it", rid, why.value)
-            del inputs[rid]
+            continue
+        if (why := handle.overdue(now, timeout)) is not None:
+            log.warning("request %s: its text %s; ending it", handle.request_id, why.value)
             handle.time_out(why)

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from common.request import FinishReason
 from output_builder.repetition import RepeatWatch
 from output_builder.streams import AudioStream
 from output_builder.timing import WordTimer
-from talker.request import FinishReason
 
 _stream_ids = itertools.count(1)
 

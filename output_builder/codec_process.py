@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from talker.children import die_with_parent, spawn
+from common.children import die_with_parent, spawn
 
 if TYPE_CHECKING:
     from output_builder.primed import PrimedStates
@@ -108,9 +108,9 @@ def _serve(conn: Connection, urgent: Connection, path: str, device: str, threads
            nice: int) -> None:
     import torch
 
+    from common.children import lower_priority
     from output_builder.codecs.native import load_native
     from output_builder.codecs.qwen12hz import Qwen12HzCodec
-    from talker.device import lower_priority
 
     torch.set_num_threads(threads)
     lower_priority(nice)

@@ -9,27 +9,29 @@ from collections.abc import Callable, Hashable
 
 import numpy as np
 
+from common.request import FinishReason, RequestFailedError
 from output_builder.assembler import ChunkJob, RequestOutput
 from output_builder.chunk_decoder import ChunkDecoder
 from output_builder.codec_process import CodecProcessError
-from talker.request import FinishReason, RequestFailedError
 from talker.snapshot import StepSnapshot
 
 log = logging.getLogger("talkstream.output")
+Find = Callable[[str, Hashable], "RequestOutput | None"]
 
 
 class OutputPipeline:
     """Routing and delivery shared by both modes. `deliver*` run on the event loop."""
 
-    def __init__(self, decoder: ChunkDecoder, on_fatal: Callable[[BaseException], None],
+    def __init__(self, decoder: ChunkDecoder, on_fatal: Callable[[BaseException], None], find: Find,
                  batch_frames: int = 64) -> None:
+        """`find(request_id, key)`: the live request's output a snapshot row goes to, if the row's key (`Seq.sink`)
+        is its stream's (the engine's one record of live requests: engine/live.py); rows cross the bridge as ids."""
         self.decoder = decoder
         self.on_fatal = on_fatal
+        self.find = find
         self.batch_frames = batch_frames
         self.jobs_in_flight = 0
         self.tap: Callable[[StepSnapshot, np.ndarray], None] | None = None  # benchmarks: each step's codes
-        # every request's output by the key its worker Seqs carry (`Seq.sink`): rows cross the bridge as keys
-        self.outputs: dict[Hashable, RequestOutput] = {}
         self.waiting: dict[int, RequestOutput] = {}  # by stream id: waiting for text with frames not yet heard
 
     def route(self, snap: StepSnapshot) -> list[ChunkJob]:
@@ -41,9 +43,9 @@ class OutputPipeline:
         if self.tap is not None:
             self.tap(snap, codes)
         jobs = []
-        for row, (_, key, segment) in enumerate(snap.rows):
-            out = self.outputs.get(key)  # gone: the request ended (a finished segment's Seq may still be stepped)
-            if out is None:
+        for row, (rid, key, segment) in enumerate(snap.rows):
+            out = self.find(rid, key)  # gone or closed: the request ended (its Seq may still be stepped)
+            if out is None or out.closed:
                 continue
             if (job := out.push(codes[row], segment, key in snap.held)) is not None:
                 jobs.append(job)
@@ -103,7 +105,6 @@ class OutputPipeline:
                 stream.put(audio)
             if job.final is not None:
                 self.decoder.release(job.out)
-                self.outputs.pop(job.out.stream_id, None)
                 self.waiting.pop(job.out.stream_id, None)
                 stream.finish(job.final)
 
@@ -117,9 +118,9 @@ class OutputPipeline:
 
     def fail_step(self, snap: StepSnapshot) -> None:
         err = snap.error or RuntimeError("step failed")
-        for _, key, segment in snap.rows:
-            out = self.outputs.get(key)
-            if out is not None and segment == out.segment:  # not a finished segment's Seq still being stepped
+        for rid, key, segment in snap.rows:
+            out = self.find(rid, key)
+            if out is not None and not out.closed and segment == out.segment:  # not a finished segment's Seq
                 self.fail_output(out, RequestFailedError(f"generation failed: {err}", code="generation_error"))
         if snap.fatal:
             self.on_fatal(err)
@@ -131,7 +132,6 @@ class OutputPipeline:
     def abandon(self, out: RequestOutput) -> None:
         out.abandon()
         self.decoder.release(out)
-        self.outputs.pop(out.stream_id, None)
         self.waiting.pop(out.stream_id, None)
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from talker.request import FinishReason
+from common.request import FinishReason
 
 
 @dataclass(slots=True)

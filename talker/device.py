@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
-import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import torch
 from torch import Tensor
+
+from common.children import lower_priority
 
 log = logging.getLogger("talkstream.device")
 
@@ -99,32 +98,6 @@ class HostBuffer:
 
     data: Tensor
     in_use: bool = False
-
-
-def lower_priority(nice: int) -> None:
-    """Raise the calling thread's nice value by `nice` (Linux: per thread; elsewhere the whole process)."""
-    if nice <= 0 or not hasattr(os, "setpriority"):
-        return
-    tid = threading.get_native_id() if sys.platform == "linux" else 0
-    try:
-        os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + nice, 19))
-    except OSError as exc:
-        log.warning("could not lower the CPU priority of %s: %s", threading.current_thread().name, exc)
-
-
-def idle_only() -> None:
-    """Every thread of this process (a thread pool the process already started too), and the threads they start
-    later, run only when a CPU has nothing else to run (Linux's SCHED_IDLE: a waking thread of any other policy
-    preempts them at once, where nice 19 still takes a share and a time slice); elsewhere the lowest nice value."""
-    tasks = Path("/proc/self/task")
-    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE") and tasks.is_dir():
-        try:
-            for tid in tasks.iterdir():
-                os.sched_setscheduler(int(tid.name), os.SCHED_IDLE, os.sched_param(0))
-            return
-        except OSError as exc:
-            log.warning("could not run the process under SCHED_IDLE: %s", exc)
-    lower_priority(19)
 
 
 class DeviceLayer:

@@ -1,9 +1,9 @@
-"""A model in a child process of its own: the parent's side, shared by the voice process (talker/voices/process.py)
+"""A model in a child process of its own: the parent's side, shared by the voice process (engine/voices/process.py)
 and the aligner process (talker/aligner/process.py). Torch-free.
 
 A plain subprocess speaking over one socket pair (the codec process's way, not `multiprocessing`, whose resource
 tracker outlives a killed server), started from the long-lived spawner thread and killed by the kernel when the
-server goes (talker/children.py). Started on the first call, restarted on the next after it dies.
+server goes (common/children.py). Started on the first call, restarted on the next after it dies.
 
 Down the pipe: a tuple naming what to do, or None to stop. Back: ("ok", value), ("error", RequestError) for input
 the model refuses, or ("failed", text) for anything else."""
@@ -21,8 +21,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from talker.children import spawn
-from talker.request import RequestFailedError
+from common.children import spawn
+from common.request import RequestFailedError
 
 STOP_TIMEOUT_S = 5.0
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from talker.native import installed_library
+from common.native import installed_library
 from talker.sampler import RowParams
 
 log = logging.getLogger("talkstream.sampler")

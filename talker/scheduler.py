@@ -19,8 +19,8 @@ from enum import StrEnum
 from itertools import islice
 from typing import Any
 
+from common.request import SamplingParams
 from talker.models.qwen3_tts.prompt import PromptIds
-from talker.request import SamplingParams
 
 
 class SeqStatus(StrEnum):

@@ -1,7 +1,7 @@
-"""The rooms and which way their imports run (docs/architecture.md): talker at the bottom, the output side above it,
-the engine (the composition root and public API) above both, the server on top speaking only to the engine; the
-benchmarks may use anything. No import runs back up, `server/` never imports torch, and no modules import each
-other in a circle."""
+"""The rooms and which way their imports run (docs/architecture.md): `common` (the shared vocabulary) under all,
+talker at the bottom above it, the text front-end and the output side above the talker, the engine (the composition
+root and public API) above them, the server on top speaking only to the engine; the benchmarks may use anything. No
+import runs back up, `server/` never imports torch, and no modules import each other in a circle."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ALLOWED = {
-    "talker": {"talker"},
-    "output_builder": {"output_builder", "talker"},
-    "engine": {"engine", "output_builder", "talker"},
+    "common": {"common"},
+    "talker": {"talker", "common"},
+    "frontend": {"frontend", "talker", "common"},
+    "output_builder": {"output_builder", "talker", "common"},
+    "engine": {"engine", "frontend", "output_builder", "talker", "common"},
     "server": {"server", "engine"},
-    "benchmarks": {"benchmarks", "server", "engine", "output_builder", "talker"},
+    "benchmarks": {"benchmarks", "server", "engine", "output_builder", "frontend", "talker", "common"},
 }
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from talker.native import installed_library
+from common.native import installed_library
 
 log = logging.getLogger("talkstream.codec")
 

@@ -7,6 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from common.portable_random import PortableRandom, coarse
 from output_builder.codecs.qwen12hz_config import CodecConfig
 from output_builder.codecs.qwen12hz_layers import (
     CausalConv1d,
@@ -20,7 +21,6 @@ from output_builder.codecs.qwen12hz_layers import (
     SnakeBeta,
     SplitResidualVQ,
 )
-from talker.models.portable_random import PortableRandom, coarse
 
 PRE_CONV_KERNEL = 3
 WAVE_CONV_KERNEL = 7

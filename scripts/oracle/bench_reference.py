@@ -74,9 +74,9 @@ def run_official(ckpt: Path, threads: int, repeat: int, n: int, max_frames: int 
 async def _talkstream(ckpt: Path, threads: int, repeat: int, n: int, max_frames: int | None, quantize: str | None,
                       dtype: str, to_cap: bool) -> dict[str, Any]:
     from benchmarks.compiled_step import to_the_cap
+    from common.request import SpeechRequest
     from engine.config import EngineConfig
     from engine.engine import Engine
-    from talker.request import SpeechRequest
 
     if to_cap:
         to_the_cap()

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 
+from common.request import RequestFailedError
 from talker.aligner.aligner import Aligner
 from talker.aligner.korean import KoreanWordlist
 from talker.aligner.process import Timed
 from talker.aligner.words import Clip
-from talker.request import RequestFailedError
 
 
 class AlignerOnDevice:

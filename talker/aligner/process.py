@@ -12,8 +12,8 @@ import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from common.children import die_with_parent
 from talker.aligner.words import Clip
-from talker.children import die_with_parent
 from talker.model_process import ModelProcess
 
 # An alignment call's budget: a batch of clips of up to a minute's audio; the 0.6B aligner times ~10 s of audio in
@@ -43,9 +43,9 @@ class AlignerProcess(ModelProcess):
 def _serve(conn: Connection, directory: Path, threads: int, cache_dir: Path) -> None:
     import torch
 
+    from common.children import idle_only
     from talker.aligner.aligner import Aligner
     from talker.aligner.korean import KoreanWordlist
-    from talker.device import idle_only
 
     torch.set_num_threads(threads)
     try:

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 from torch._dynamo.utils import counters
 
+from common.request import SpeechRequest
 from engine.config import EngineConfig, OutputMode
 from engine.engine import Engine
 from output_builder.streams import AudioStream
-from talker.request import SpeechRequest
 from talker.snapshot import StepSnapshot
 
 TEXTS = ["Hello world, this is the compiled step.", "A second voice joins the batch.", "Three.",

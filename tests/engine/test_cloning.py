@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from common.request import ClonePrompt, EngineBusyError, EngineDeadError
 from engine.config import EngineConfig
 from engine.engine import Engine
-from talker.request import ClonePrompt, EngineBusyError, EngineDeadError
-from talker.voices.process import VoiceProcess
+from engine.voices.process import VoiceProcess
 from tests.conftest import OFFICIAL_BASE, VOICE_REF, VOICE_REF_TEXT
 
 WAITING = 2  # the engine's max_queue: clones of each kind that may wait beside the one being encoded

@@ -11,10 +11,10 @@ import time
 import numpy as np
 import pytest
 
+from common.request import EngineBusyError, EngineDeadError, EngineState, FinishReason, RequestError, SpeechRequest
 from engine.config import EngineConfig, OutputMode
 from engine.engine import Engine
 from output_builder.streams import AudioStream
-from talker.request import EngineBusyError, EngineDeadError, EngineState, FinishReason, RequestError, SpeechRequest
 
 TEXT = "Hello world, this is a tiny test of the streaming engine."
 
@@ -148,7 +148,7 @@ async def test_bad_input_fails_before_engine_work(engine: Engine) -> None:
         with pytest.raises(RequestError):
             engine.submit(bad)
     # submit hands a request to the worker synchronously: nothing was sent, so no step can come of it
-    assert engine.worker.inbox.empty() and not engine._outputs
+    assert engine.worker.inbox.empty() and not engine.live.outputs()
     assert engine.worker.timings.total_steps == steps
     assert_idle(engine)
 
@@ -197,7 +197,8 @@ def test_a_first_chunk_is_due_only_for_an_open_request_with_a_slot_and_no_chunk(
 
     def out(rid: str) -> RequestOutput:
         stream = AudioStream(rid, 24000, 8.0, lambda r: None, lambda r, p: None)
-        e._outputs[rid] = o = RequestOutput(rid, stream, 100, 99, 1, 8)
+        o = RequestOutput(rid, stream, 100, 99, 1, 8)
+        e.live.add(o)
         return o
 
     assert not e._first_due()

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
+from common.request import EngineDeadError, EngineState, FinishReason, RequestFailedError, SpeechRequest
 from engine.config import EngineConfig
 from engine.engine import Engine
-from talker.request import EngineDeadError, EngineState, FinishReason, RequestFailedError, SpeechRequest
 from talker.scheduler import SeqStatus
 
 from .test_engine import TEXT, assert_idle, collect, wait_until

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from common.request import ClonePrompt, RequestError, SpeechRequest, StreamingSpeechRequest, VoiceKind
 from engine.config import EngineConfig
 from engine.engine import Engine
-from talker.request import ClonePrompt, RequestError, SpeechRequest, StreamingSpeechRequest, VoiceKind
 from tests.conftest import OFFICIAL_BASE, OFFICIAL_VD, VOICE_REF, VOICE_REF_TEXT
 
 pytestmark = pytest.mark.bitexact

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from common.request import RequestError, SpeechRequest, VoiceKind
 from engine import export_voices
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.tiny import TALKER, checkpoint_config, export_tiny
-from talker.request import RequestError, SpeechRequest, VoiceKind
 from tests.conftest import VOICE_REF, VOICE_REF_TEXT
 
 HIDDEN = TALKER["hidden_size"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from common.request import FinishReason, SpeechRequest, StreamingSpeechRequest
 from engine.engine import Engine
 from output_builder.streams import AudioStream
-from talker.request import FinishReason, SpeechRequest, StreamingSpeechRequest
 
 ENGLISH = "The weather is lovely today, and we are going for a walk."
 CHINESE = "今天天气很好，我们一起去公园散步吧。"

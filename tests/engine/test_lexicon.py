@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from common.request import FinishReason, SpeechRequest
 from engine.config import EngineConfig
 from engine.engine import Engine
+from frontend.lexicon import LexiconError
 from output_builder.streams import AudioStream
-from talker.models.lexicon import LexiconError
-from talker.request import FinishReason, SpeechRequest
 
 
 @pytest.fixture

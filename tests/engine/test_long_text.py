@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 import torch
 
+from common.request import FinishReason, SpeechRequest
 from engine.config import EngineConfig
 from engine.engine import Engine
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
 from output_builder.streams import AudioStream
-from talker.request import FinishReason, SpeechRequest
 from talker.snapshot import StepSnapshot
+from tests.engine.conftest import output
 
 SEGMENT_FRAMES = 48  # the server's frame cap per generation: segments of 48 // 8 = 6 text tokens
 SENTENCES = ("The quick brown fox jumps over the lazy dog. Then it runs to the water, and it looks at the day. "
@@ -100,7 +101,7 @@ async def test_control_token_strings_in_the_text_are_spoken_as_text(engine: Engi
 async def test_a_limit_the_client_set_cuts_across_segments_and_says_so(engine: Engine) -> None:
     limit = 23  # past the first segments (~8 frames each here), far short of the whole text
     stream = engine.submit(greedy(SENTENCES, "limited", max_frames=limit))
-    out = engine._outputs["limited"]
+    out = output(engine, "limited")
     audio = await collect(stream)
     assert stream.finish_reason is FinishReason.MAX_FRAMES and out.segment >= 2
     assert stream.usage.frames == limit and audio.size == limit * 1920
@@ -109,7 +110,7 @@ async def test_a_limit_the_client_set_cuts_across_segments_and_says_so(engine: E
 async def test_a_cancel_between_segments_leaves_nothing_behind(engine: Engine) -> None:
     """Cancelled as soon as the second segment has started: no Seq of it is left running or waiting."""
     stream = engine.submit(greedy(SENTENCES, "cancelled"))
-    out = engine._outputs["cancelled"]
+    out = output(engine, "cancelled")
     while out.segment < 1:
         await anext(stream)
     stream.cancel()
@@ -129,7 +130,7 @@ async def test_a_reader_that_falls_behind_pauses_every_segment(engine_config: En
     await e.start()
     try:
         stream = e.submit(greedy(SENTENCES * 2, "slow"))
-        out = e._outputs["slow"]
+        out = output(e, "slow")
         assert e.worker is not None
         sched = e.worker.scheduler
         for _ in range(3000):  # read nothing until a later segment's Seq sits paused (or everything ran)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from common.request import FinishReason, SpeechRequest
 from engine.engine import Engine
 from output_builder.streams import AudioStream
-from talker.request import FinishReason, SpeechRequest
 
 TEXT = "It costs $3.50 at 7:30 pm, 42% off 1,200 items."
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from common.request import FinishReason, SpeechRequest
 from engine.engine import Engine
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
-from talker.request import FinishReason, SpeechRequest
 from tests.engine.test_long_text import CodeTap, collect
 
 RATE = 24000

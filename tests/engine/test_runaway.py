@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
+from common.request import FinishReason, SpeechRequest
 from engine.config import EngineConfig
 from engine.engine import Engine
 from output_builder.repetition import LOOP_S
 from output_builder.streams import AudioStream
-from talker.request import FinishReason, SpeechRequest
 from tests.conftest import OFFICIAL_TINY
+from tests.engine.conftest import output
 
 LONG = ("The quick brown fox jumps over the lazy dog. Then it runs to the water, and it looks at the day. "
         "We can talk about the sound of the voice; it is a tiny test of a long stream.")
@@ -102,7 +103,7 @@ async def test_a_loop_ends_each_segment_and_the_next_one_still_speaks(loops: Eng
     assert segments >= 3
     loop = round(LOOP_S * frontend.frame_rate)  # frames of one code repeated (period 1)
     stream = loops.submit(greedy(LONG, "looping"))
-    out = loops._outputs["looping"]
+    out = output(loops, "looping")
     audio = await collect(stream)
     assert stream.finish_reason is FinishReason.REPETITION
     assert out.segment == segments - 1  # every segment was started, none left out
@@ -111,13 +112,13 @@ async def test_a_loop_ends_each_segment_and_the_next_one_still_speaks(loops: Eng
 
 
 async def test_a_streamed_text_is_capped_once_it_has_ended(never_ends: Engine) -> None:
-    from talker.request import StreamingSpeechRequest
+    from common.request import StreamingSpeechRequest
 
     handle = never_ends.submit(StreamingSpeechRequest(text="hello", voice="ryan", temperature=0.0,
                                                       repetition_penalty=1.0, request_id="streamed"))
     handle.append(" world")
     handle.finish()
-    out = never_ends._outputs["streamed"]
+    out = output(never_ends, "streamed")
     await collect(handle.stream)
     assert handle.stream.finish_reason is FinishReason.SPEECH_CAP
     assert out.caps and handle.stream.usage.frames == out.caps[0] < 600

@@ -18,12 +18,7 @@ from typing import Any
 
 import pytest
 
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.text_input import SpeechInput
-from engine.watchdog import end_overdue_texts
-from output_builder.streams import AudioStream
-from talker.request import (
+from common.request import (
     MAX_TEXT_S,
     MIN_TEXT_RATE,
     EngineBusyError,
@@ -34,6 +29,11 @@ from talker.request import (
     TextEnd,
     TextLayout,
 )
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.text_input import SpeechInput
+from engine.watchdog import end_overdue_texts
+from output_builder.streams import AudioStream
 from talker.scheduler import SeqStatus
 
 TEXT = "Hi there, it's 42."
@@ -62,8 +62,8 @@ def text_tokens(handle: SpeechInput) -> int:
 
 
 def frames(engine: Engine, handle: SpeechInput) -> int:
-    out = engine._outputs.get(handle.request_id)
-    return out.frames if out is not None else -1
+    live = engine.live.get(handle.request_id)
+    return live.output.frames if live is not None else -1
 
 
 async def caught_up(engine: Engine, handle: SpeechInput) -> None:
@@ -179,7 +179,7 @@ async def test_cancel_while_waiting_frees_everything(engine: Engine) -> None:
     handle.finish()
     assert handle.stream.finish_reason is FinishReason.CANCELLED and await collect(handle.stream) == b""
     assert engine.worker is not None and engine.worker.inbox.empty()
-    assert not engine._inputs and engine.pipeline is not None and not engine.pipeline.decoder.open_streams
+    assert not engine.live.texts() and engine.pipeline is not None and not engine.pipeline.decoder.open_streams
 
 
 async def test_cancel_before_its_first_token_sends_nothing(engine: Engine) -> None:
@@ -281,7 +281,7 @@ async def test_empty_and_blank_appends_do_not_keep_a_text_open(engine: Engine) -
     assert handle.last_append == quiet
     assert handle.text == "Words, then nothing but \n\t " + "".join(INVISIBLE) + "\u200b"
     timeout = engine.config.text_timeout_s
-    end_overdue_texts(engine._inputs, timeout, quiet + timeout + 0.001)  # the watchdog, a moment past the timeout
+    end_overdue_texts(engine.live.texts(), timeout, quiet + timeout + 0.001)  # the watchdog, a moment past the timeout
     assert handle.timed_out is TextEnd.QUIET and handle.finished
     await collect(handle.stream)
     assert handle.stream.finish_reason is FinishReason.EOS
@@ -311,7 +311,7 @@ async def test_a_blank_text_takes_no_admission_place_until_its_first_word(engine
         assert await collect(blanks[2].stream) == b"" and blanks[2].stream.finish_reason is FinishReason.EOS
         blanks[3].stream.cancel()
         await wait_until(lambda: e.active_requests() == 0)
-        assert not e._blank
+        assert not e.live.outputs()
     finally:
         await e.stop()
 
@@ -333,13 +333,13 @@ async def test_a_trickle_ends_below_the_rate_floor_and_any_text_at_its_lifetime(
     for handle, age in [(slow, 2 * timeout), (fast, 2 * timeout), (old, MAX_TEXT_S - 1)]:
         handle.opened = handle.last_append - age
         handle.on_timeout = ended.append
-    end_overdue_texts(engine._inputs, timeout, max(h.last_append for h in (slow, fast, old)))  # not quiet: each
+    end_overdue_texts(engine.live.texts(), timeout, max(h.last_append for h in (slow, fast, old)))  # not quiet: each
     # just had a piece
     assert slow.visible < MIN_TEXT_RATE * 2 * timeout <= fast.visible
     assert ended == [TextEnd.SLOW] and slow.timed_out is TextEnd.SLOW and slow.finished
     assert not fast.timed_out and not old.timed_out  # fast enough, and young enough
     old.opened = old.last_append - MAX_TEXT_S - 1
-    end_overdue_texts(engine._inputs, timeout, old.last_append)
+    end_overdue_texts(engine.live.texts(), timeout, old.last_append)
     assert ended == [TextEnd.SLOW, TextEnd.EXPIRED] and old.timed_out is TextEnd.EXPIRED and old.finished
     assert await collect(slow.stream) and slow.stream.finish_reason is FinishReason.EOS
     assert slow.stream.usage.frames == text_tokens(slow) + 1  # all of it was spoken, then its end

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from common.request import FinishReason, RequestError, SpeechRequest, StreamingSpeechRequest
 from engine.aligning import Alignment
 from engine.config import EngineConfig
 from engine.engine import Engine
@@ -21,7 +22,6 @@ from talker.aligner.aligner import Aligner
 from talker.aligner.process import AlignerProcess
 from talker.aligner.words import Clip
 from talker.models.qwen3_tts.config import CheckpointError
-from talker.request import FinishReason, RequestError, SpeechRequest, StreamingSpeechRequest
 from tests.talker.test_aligner import CHECKPOINT
 
 RATE = 24000

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from engine.tiny import checkpoint_config, ensure_tiny, export_tiny, sized
+from frontend.frontend import load_tokenizer
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
-from talker.models.frontend import load_tokenizer
 from talker.models.loader import load_talker
 from talker.models.qwen3_tts.config import Qwen3TTSConfig
 from talker.models.qwen3_tts.model import Qwen3TTSModel

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from common.request import FinishReason
 from output_builder.assembler import ChunkJob, RequestOutput, chunk_target
 from output_builder.streams import AudioStream
-from talker.request import FinishReason
 
 EOS = 99
 

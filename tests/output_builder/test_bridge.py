@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from common.request import FinishReason
 from output_builder.assembler import ChunkJob, RequestOutput
 from output_builder.bridge import AsyncBridge
 from output_builder.chunk_decoder import ChunkDecoder
 from output_builder.pipeline import OutputPipeline
 from output_builder.streams import AudioStream
 from talker.device import HostBuffer
-from talker.request import FinishReason
 from talker.snapshot import Row, StepSnapshot
 
 EOS = 99
@@ -39,9 +39,8 @@ def job(out: RequestOutput, frames: int, first: bool = False) -> ChunkJob:
 
 
 def pipeline(backend: object, batch_frames: int = 16) -> OutputPipeline:
-    pipe = OutputPipeline(ChunkDecoder(backend), lambda exc: None, batch_frames)  # type: ignore[arg-type]
-    pipe.outputs = OUTPUTS  # type: ignore[assignment]
-    return pipe
+    return OutputPipeline(ChunkDecoder(backend), lambda exc: None,  # type: ignore[arg-type]
+                          lambda rid, key: OUTPUTS.get(key), batch_frames)
 
 
 class Recorder:

@@ -23,8 +23,13 @@ def waiting_output(pipe: OutputPipeline) -> RequestOutput:
     return out
 
 
+def pipeline() -> OutputPipeline:
+    """One that decodes nothing and routes no rows (these tests hand it their output)."""
+    return OutputPipeline(ChunkDecoder(None), lambda exc: None, lambda rid, key: None)  # type: ignore[arg-type]
+
+
 def test_a_look_ahead_is_due_when_the_client_is_about_to_run_out() -> None:
-    pipe = OutputPipeline(ChunkDecoder(None), lambda exc: None)  # type: ignore[arg-type]  # decodes nothing here
+    pipe = pipeline()
     out = waiting_output(pipe)
     out.stream.plays_until = 101.0  # a client playing since its first audio runs out then
     jobs, later = pipe.look_aheads(100.5, LEAD_S)  # 0.5 s left to play: not yet, in 0.25 s
@@ -34,7 +39,7 @@ def test_a_look_ahead_is_due_when_the_client_is_about_to_run_out() -> None:
 
 
 def test_no_look_ahead_once_the_text_came_back() -> None:
-    pipe = OutputPipeline(ChunkDecoder(None), lambda exc: None)  # type: ignore[arg-type]
+    pipe = pipeline()
     out = waiting_output(pipe)
     out.push(np.full(4, 4))  # the next frame: its text came
     assert pipe.look_aheads(0.0, LEAD_S) == ([], None) and not pipe.waiting
@@ -43,7 +48,7 @@ def test_no_look_ahead_once_the_text_came_back() -> None:
 def test_a_client_that_ran_out_gets_its_frames_with_their_chunk() -> None:
     """Its text comes slower than speech: it waits for the text anyway, and a look-ahead would cost the codec a
     whole chunk for it."""
-    pipe = OutputPipeline(ChunkDecoder(None), lambda exc: None)  # type: ignore[arg-type]
+    pipe = pipeline()
     out = waiting_output(pipe)
     out.stream.plays_until = 100.0
     assert pipe.look_aheads(100.1, LEAD_S) == ([], None) and not pipe.waiting

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from common.request import FinishReason
 from output_builder.assembler import RequestOutput
 from output_builder.repetition import LOOP_S, MAX_PERIOD, MIN_REPEATS, RepeatWatch
 from output_builder.streams import AudioStream
-from talker.request import FinishReason
 
 RATE = 12.5
 LOOP = round(LOOP_S * RATE)  # frames

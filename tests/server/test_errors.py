@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from talker.request import EngineState
+from common.request import EngineState
 from tests.server.conftest import API_KEY, LiveServer
 
 GOOD: dict[str, Any] = {"model": "tts-1", "input": "Hello.", "voice": "alloy"}

@@ -159,7 +159,7 @@ def test_slow_and_stalled_readers_do_not_hurt_others(make_server: Callable[..., 
         assert all(completed(server.url) for _ in range(3))
         worker.fault_hook = None
         assert stepped and not any(STALLED_SEED in seeds for seeds in stepped)  # it cost the others nothing
-        for out in list(server.engine._outputs.values()):  # bounded: paused just past max_ahead_s
+        for out in server.engine.live.outputs():  # bounded: paused just past max_ahead_s
             assert out.stream.buffered_seconds < 2.0
         wait_for(lambda: not stalled_seq())  # the stalled one is dropped (reader_timeout_s) ...
         wait_for(lambda: stalled.getsockname() not in peers(server))  # ... and its connection closed

@@ -327,7 +327,7 @@ def serve_base(serve: type[Served], *flags: str) -> tuple[Served, int]:
     """A server of the Base fixture that has cloned a voice, and its voice process."""
     server = serve("--model", str(OFFICIAL_BASE), *flags, env={"TALKSTREAM_MAX_FRAMES": "12"})
     assert speak_as(server, 0).status_code == 200
-    [voice] = [pid for pid in server.children() if "talker.voices.process" in cmdline(pid)]
+    [voice] = [pid for pid in server.children() if "engine.voices.process" in cmdline(pid)]
     return server, voice
 
 

@@ -29,7 +29,7 @@ def never_ends(server_config: EngineConfig) -> Iterator[LiveServer]:
 
 def cap(server: LiveServer, text: str) -> int:
     """The frames the text allows, as the server's own frontend counts them."""
-    from talker.request import SpeechRequest
+    from common.request import SpeechRequest
 
     frontend = server.engine._loaded.frontend  # type: ignore[union-attr]
     caps = frontend.prepare(SpeechRequest(text=text, voice="ryan")).caps

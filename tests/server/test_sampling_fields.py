@@ -11,7 +11,7 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from talker.request import SpeechRequest
+from common.request import SpeechRequest
 from tests.server.conftest import LiveServer
 
 FIELDS: dict[str, Any] = {"temperature": 0.0, "top_k": 7, "top_p": 0.8, "repetition_penalty": 1.2, "seed": 5}

@@ -19,7 +19,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ORACLE_NPZ = FIXTURES / "oracle_tiny.npz"
 ORACLE_CONFIG = FIXTURES / "oracle_tiny_config.json"
 REGENERATE = "regenerate them with scripts/oracle/make_reference"
-# The generator's draws are the same bits on every CPU (talker/models/portable_random.py), the codec's included, so
+# The generator's draws are the same bits on every CPU (common/portable_random.py), the codec's included, so
 # every weight file must match the one the fixtures were written from.
 HASHED = ("model.safetensors", "speech_tokenizer/model.safetensors", "tokenizer.json")
 

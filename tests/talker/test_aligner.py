@@ -12,13 +12,13 @@ import pytest
 import soundfile as sf
 import torch
 
+from common.request import RequestFailedError
 from talker.aligner.aligner import Aligner, Clip
 from talker.aligner.korean import read_wordlist
 from talker.aligner.model import audio_tokens
 from talker.aligner.on_device import AlignerOnDevice
 from talker.aligner.words import repair, split_words
 from talker.models.qwen3_tts.config import CheckpointError
-from talker.request import RequestFailedError
 from tests.talker.aligner_clips import CASES, clip
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 import torch
 
+from common.request import SpeechRequest
 from engine.config import EngineConfig
+from frontend.frontend import Frontend, load_tokenizer
 from output_builder.assembler import chunk_target
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
-from talker.models.frontend import Frontend, load_tokenizer
 from talker.models.loader import LoadedTalker, load_talker
-from talker.request import SpeechRequest
 from talker.runner import Runner
 from talker.scheduler import Scheduler, Seq
 from tests.talker.oracle_fixture import Case, Oracle

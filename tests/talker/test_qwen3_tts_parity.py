@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
+from common.request import SpeechRequest
+from frontend.frontend import Frontend, load_tokenizer
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
-from talker.models.frontend import Frontend, load_tokenizer
 from talker.models.loader import load_talker
 from talker.models.qwen3_tts.config import CheckpointError
-from talker.request import SpeechRequest
 from talker.runner import Runner
 from talker.scheduler import Scheduler, Seq
 from tests.conftest import OFFICIAL_TINY

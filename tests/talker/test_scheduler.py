@@ -1,5 +1,5 @@
+from common.request import SamplingParams
 from talker.models.qwen3_tts.prompt import PromptIds
-from talker.request import SamplingParams
 from talker.scheduler import Scheduler, Seq, SeqStatus, StepPlan, TextFeed
 
 

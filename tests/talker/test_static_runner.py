@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import torch
 
+from common.request import SpeechRequest
+from frontend.frontend import Frontend, load_tokenizer
 from talker.compiled import Programs, bucket_for, buckets_for, wants_compile
 from talker.device import DeviceLayer
-from talker.models.frontend import Frontend, load_tokenizer
 from talker.models.loader import LoadedTalker, load_talker
 from talker.models.qwen3_tts.static import StaticTalker
-from talker.request import SpeechRequest
 from talker.runner import Runner
 from talker.scheduler import Seq
 from talker.snapshot import StepSnapshot

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import torch
 
+from common.request import SpeechRequest
+from frontend.frontend import Frontend, load_tokenizer
 from talker.device import DeviceLayer
-from talker.models.frontend import Frontend, load_tokenizer
 from talker.models.loader import LoadedTalker, load_talker
-from talker.request import SpeechRequest
 from talker.runner import Runner
 from talker.scheduler import Seq
 from talker.snapshot import StepSnapshot

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
+from common.request import SpeechRequest, TextLayout
+from frontend.frontend import Frontend, load_tokenizer
 from talker.device import DeviceLayer
-from talker.models.frontend import Frontend, load_tokenizer
 from talker.models.loader import LoadedTalker
-from talker.request import SpeechRequest, TextLayout
 from talker.runner import Runner
 from talker.scheduler import Seq, SeqStatus, TextFeed
 from talker.worker import Abort, Feed, Pause, Stop, Submit, TalkerWorker

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from common.request import RequestError
 from talker.models.qwen3_tts.config import Qwen3TTSConfig
 from talker.models.qwen3_tts.model import Talker
-from talker.request import RequestError
 
 ROLE_TOKENS = 3  # <|im_start|> assistant \n
 TAIL_TOKENS = 5  # <|im_end|> \n <|im_start|> assistant \n

@@ -152,7 +152,7 @@ def test_a_trickling_text_is_ended_and_the_client_told(live: LiveServer, age: fl
         session(conn, seed=1)
         send(conn, "input_text_buffer.append", text=text)
         events = [recv(conn) for _ in OPENING]
-        [feed] = list(live.engine._inputs.values())
+        [feed] = live.engine.live.texts()
         feed.opened = feed.last_append - age
         told: list[dict[str, Any]] = []
         while events[-1]["type"] != "response.done":

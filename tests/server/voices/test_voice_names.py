@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from frontend.catalog import OPENAI_VOICES
 from server.voices import names as voice_names
-from talker.models.catalog import OPENAI_VOICES
 
 
 @pytest.mark.parametrize(("given", "shown"), [

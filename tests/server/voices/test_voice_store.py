@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from common.request import ClonePrompt
 from server.voices.db import QuotaExceededError
 from server.voices.store import ConsentInUseError, NameTakenError, Quota, Usage, VoiceStore, default_data_dir
-from talker.request import ClonePrompt
 
 X_VECTOR = tuple(np.random.default_rng(1).standard_normal(64).astype(np.float32).tolist())
 CODES = tuple(tuple(int(c) for c in row) for row in np.random.default_rng(2).integers(0, 2048, (66, 16)))

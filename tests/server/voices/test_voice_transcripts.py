@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from engine.config import EngineConfig
-from talker.models.tokenizer import load_tokenizer
+from frontend.tokenizer import load_tokenizer
 from tests.conftest import OFFICIAL_BASE
 from tests.server.conftest import LiveServer, start_server
 from tests.server.voices.test_routes_voices import BASE, REF, clone, consent, created, speak
