@@ -18,7 +18,9 @@ RUN packages="gcc libc6-dev"; \
     && python3 -m venv /opt/build && /opt/build/bin/pip install --no-cache-dir "setuptools>=68" wheel
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
+COPY common ./common
 COPY talker ./talker
+COPY frontend ./frontend
 COPY output_builder ./output_builder
 COPY engine ./engine
 COPY server ./server

@@ -30,12 +30,12 @@ import torch
 from safetensors.torch import save_file
 
 from common.request import SpeechRequest
+from engine.aligner.aligner import Aligner
+from engine.aligner.model import AlignerConfig, ForcedAligner, checkpoint_name
+from engine.aligner.words import Clip
 from engine.config import EngineConfig, default_cache_dir
 from engine.engine import Engine
 from output_builder.streams import AudioStream, Timestamps
-from talker.aligner.aligner import Aligner
-from talker.aligner.model import AlignerConfig, ForcedAligner, checkpoint_name
-from talker.aligner.words import Clip
 from talker.snapshot import step_gaps_us
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -57,9 +57,9 @@ def resolve_checkpoint(model: str, revision: str | None = None, refresh: bool = 
     """A checkpoint directory (a Talker's or a forced aligner's), or a Hugging Face Hub id fetched into (or found in)
     the Hub cache. For a forced aligner, the official Korean word list is fetched into `cache_dir` too (default the
     server's), so that a server started offline later has it."""
-    from talker.aligner.korean import find_wordlist
-    from talker.aligner.model import checked as aligner_files
-    from talker.aligner.model import is_aligner
+    from engine.aligner.korean import find_wordlist
+    from engine.aligner.model import checked as aligner_files
+    from engine.aligner.model import is_aligner
     from talker.models.hub import checked, resolve
 
     path = resolve(model, revision, refresh=refresh,

@@ -2,9 +2,9 @@
 batched with whatever else is due by then, on a thread of its own that waits for the process. A segment's words come
 back into its request's stream, after that segment's audio; a request that did not ask pays nothing.
 
-The aligner process runs under SCHED_IDLE once loaded (talker/aligner/process.py): it takes what the Talker and the
+The aligner process runs under SCHED_IDLE once loaded (engine/aligner/process.py): it takes what the Talker and the
 codec leave, so timestamps may trail the audio under load, but the audio never waits for them. On CUDA the aligner
-runs in this process instead, on that thread and a CUDA stream of its own (talker/aligner/on_device.py)."""
+runs in this process instead, on that thread and a CUDA stream of its own (engine/aligner/on_device.py)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.request import RequestError, RequestFailedError, SpeechRequest, StreamingSpeechRequest
+from engine.aligner.on_device import AlignerOnDevice
+from engine.aligner.process import AlignerProcess
+from engine.aligner.words import Clip
 from output_builder.streams import AudioStream, Timestamps
 from output_builder.timing import WordTimer
-from talker.aligner.on_device import AlignerOnDevice
-from talker.aligner.process import AlignerProcess
-from talker.aligner.words import Clip
 from talker.models.qwen3_tts.config import CheckpointError
 
 log = logging.getLogger("talkstream.aligner")

@@ -10,6 +10,9 @@ from pathlib import Path
 import torch
 
 from common.request import VoiceKind
+from engine.aligner.model import checked as aligner_files
+from engine.aligner.on_device import AlignerOnDevice
+from engine.aligner.process import AlignerProcess
 from engine.config import EngineConfig, OutputMode
 from engine.tiny import ensure_tiny
 from engine.voices.process import VoiceProcess
@@ -18,9 +21,6 @@ from frontend.lexicon import Lexicon
 from output_builder.codec_process import CodecProcess
 from output_builder.codecs.native import load_native
 from output_builder.codecs.qwen12hz import Qwen12HzCodec
-from talker.aligner.model import checked as aligner_files
-from talker.aligner.on_device import AlignerOnDevice
-from talker.aligner.process import AlignerProcess
 from talker.device import Threads, resolve_device, thread_plan, usable_cores
 from talker.models.hub import resolve
 from talker.models.loader import LoadedTalker, load_talker, resolve_dtype

@@ -53,7 +53,7 @@ def tiny_dir(tiny_cache: Path) -> Path:
 def korean_wordlist(tiny_cache: Path) -> Path:
     """The official Korean word list, fetched from PyPI into the session's cache as a server would fetch it (a server
     given that cache finds it there)."""
-    from talker.aligner.korean import find_wordlist
+    from engine.aligner.korean import find_wordlist
 
     path = find_wordlist(OFFICIAL_ALIGNER, tiny_cache)
     assert path is not None, "could not fetch the official qwen-asr wheel from PyPI (see the log)"

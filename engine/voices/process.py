@@ -1,5 +1,5 @@
 """The voice process: a child that runs a Base checkpoint's encoders (engine/voices/clone.py) for clone prompts
-(the parent's side is talker/model_process.py's). Started on the first clone, restarted on the next after it dies.
+(the parent's side is engine/model_process.py's). Started on the first clone, restarted on the next after it dies.
 
 Down the pipe: ("prompt", wav, transcript), ("stats",), or None to stop. Back: ("ok", value), ("error",
 RequestError) for a reference the encoders refuse, or ("failed", text) for anything else."""
@@ -15,7 +15,7 @@ import numpy as np
 
 from common.children import die_with_parent
 from common.request import ClonePrompt, RequestError
-from talker.model_process import ModelProcess
+from engine.model_process import ModelProcess
 
 # A clone's budget: a 30 s reference takes ~4 s at the 0.6B sizes on a 2-core CPU. Past it the child is taken to be
 # hung (it would hold every queued clone behind it): it is killed, and the next clone starts another.

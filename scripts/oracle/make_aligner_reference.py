@@ -7,7 +7,7 @@ checkpoint in tests/fixtures/official/, and the official Korean words of more te
 
 Each case is one `Qwen3ForcedAligner.align` call with one clip (given as (samples, rate), float32), as
 tests/fixtures/official/README.md describes; the clips are made from that directory's audio by
-tests/talker/aligner_clips.py, which the test uses too.
+tests/engine/aligner/aligner_clips.py, which the test uses too.
 """
 
 import json
@@ -24,7 +24,7 @@ SHARED = ROOT / "tests" / "fixtures" / "official"
 CHECKPOINT = SHARED / "qwen3-forced-aligner-tiny-official"
 OUT = ROOT / "tests" / "fixtures" / "aligner_reference.json"
 
-sys.path.insert(0, str(ROOT / "tests" / "talker"))
+sys.path.insert(0, str(ROOT / "tests" / "engine" / "aligner"))
 from aligner_clips import CASES, KOREAN_TEXTS, clip  # noqa: E402  (shared with the test that reads this file)
 
 

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from common.request import FinishReason, RequestError, SpeechRequest, StreamingSpeechRequest
+from engine.aligner.aligner import Aligner
+from engine.aligner.process import AlignerProcess
+from engine.aligner.words import Clip
 from engine.aligning import Alignment
 from engine.config import EngineConfig
 from engine.engine import Engine
 from output_builder.streams import AudioStream, Timestamps
-from talker.aligner.aligner import Aligner
-from talker.aligner.process import AlignerProcess
-from talker.aligner.words import Clip
 from talker.models.qwen3_tts.config import CheckpointError
 from tests.talker.test_aligner import CHECKPOINT
 

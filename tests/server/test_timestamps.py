@@ -15,9 +15,9 @@ import numpy as np
 import openai
 import pytest
 
+from engine.aligner.aligner import Aligner
+from engine.aligner.words import Clip
 from server import cli
-from talker.aligner.aligner import Aligner
-from talker.aligner.words import Clip
 from tests.server.conftest import LiveServer
 from tests.talker.test_aligner import CHECKPOINT
 

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from talker.aligner.korean import WORDLIST
+from engine.aligner.korean import WORDLIST
 from tests.conftest import OFFICIAL_ALIGNER, OFFICIAL_TINY
 
 REPO = "qwen-test/tiny-cv"

@@ -85,7 +85,7 @@ def test_cancel_stops_within_a_step(live: LiveServer, ws: ClientConnection, monk
         if stage == "step":
             batches.append({seq.request_id for seq in batch})
 
-    monkeypatch.setattr(live.engine, "_abort", record_abort)  # a stream binds its engine's abort when it is made
+    monkeypatch.setattr(live.engine._submission, "abort", record_abort)  # a stream binds it when it is made
     live.engine.worker.fault_hook = record_step
     try:
         send(ws, "input_text_buffer.append", text=LONG_TEXT)

@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from talker.aligner.audio import Features, to_16k
-from talker.aligner.model import ForcedAligner, audio_tokens
-from talker.aligner.words import Clip, Word, repair, split_words
+from engine.aligner.audio import Features, to_16k
+from engine.aligner.model import ForcedAligner, audio_tokens
+from engine.aligner.words import Clip, Word, repair, split_words
 
 STAMPS = "<timestamp><timestamp>"
 

@@ -1,4 +1,4 @@
-"""Korean words for the aligner (talker/aligner/korean.py): the official package's cut, with its word list fetched
+"""Korean words for the aligner (engine/aligner/korean.py): the official package's cut, with its word list fetched
 from the official wheel on PyPI through the real download path."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from talker.aligner import korean
-from talker.aligner.words import split_words
+from engine.aligner import korean
+from engine.aligner.words import split_words
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 CHECKPOINT = FIXTURES / "official" / "qwen3-forced-aligner-tiny-official"
 REFERENCE = json.loads((FIXTURES / "aligner_reference.json").read_text())
 

@@ -1,5 +1,5 @@
-"""The aligner process: a child that runs the forced aligner (talker/aligner/aligner.py) under SCHED_IDLE, so that it
-only takes the CPU the Talker and the codec leave (the parent's side is talker/model_process.py's).
+"""The aligner process: a child that runs the forced aligner (engine/aligner/aligner.py) under SCHED_IDLE, so that it
+only takes the CPU the Talker and the codec leave (the parent's side is engine/model_process.py's).
 
 Down the pipe: ("languages",) (loads the checkpoint and finds the Korean word list: the engine asks at start),
 ("align", clips), or None to stop.
@@ -13,8 +13,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from common.children import die_with_parent
-from talker.aligner.words import Clip
-from talker.model_process import ModelProcess
+from engine.aligner.words import Clip
+from engine.model_process import ModelProcess
 
 # An alignment call's budget: a batch of clips of up to a minute's audio; the 0.6B aligner times ~10 s of audio in
 # about a second on 2 CPU cores. Past it the child is taken to be hung: it is killed, and the next call starts another.
@@ -24,7 +24,7 @@ Timed = list[tuple[str, float, float]]  # a clip's (word, start, end), seconds f
 
 
 class AlignerProcess(ModelProcess):
-    module, what, code = "talker.aligner.process", "aligner", "aligner"
+    module, what, code = "engine.aligner.process", "aligner", "aligner"
 
     def __init__(self, directory: Path, threads: int, cache_dir: Path, timeout_s: float = CALL_TIMEOUT_S) -> None:
         """`cache_dir`: where the official Korean word list is kept (fetched there by the child, if need be)."""
@@ -44,8 +44,8 @@ def _serve(conn: Connection, directory: Path, threads: int, cache_dir: Path) -> 
     import torch
 
     from common.children import idle_only
-    from talker.aligner.aligner import Aligner
-    from talker.aligner.korean import KoreanWordlist
+    from engine.aligner.aligner import Aligner
+    from engine.aligner.korean import KoreanWordlist
 
     torch.set_num_threads(threads)
     try:

@@ -1,7 +1,7 @@
 """The forced aligner on a CUDA device, in the engine's process. Its kernels go to a CUDA stream of its own, so an
 alignment is never queued on the stream the Talker's steps run on; its Python runs on the alignment thread
 (engine/aligning.py), not the worker's. On a CPU the aligner runs in a process of its own instead
-(talker/aligner/process.py), where SCHED_IDLE keeps it off the Talker's cores; a GPU has no such priority between
+(engine/aligner/process.py), where SCHED_IDLE keeps it off the Talker's cores; a GPU has no such priority between
 processes, while streams of one process share it kernel by kernel.
 
 Its face is the aligner process's: `languages()` loads the checkpoint (RequestFailedError if it cannot), `align()`,
@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 
 from common.request import RequestFailedError
-from talker.aligner.aligner import Aligner
-from talker.aligner.korean import KoreanWordlist
-from talker.aligner.process import Timed
-from talker.aligner.words import Clip
+from engine.aligner.aligner import Aligner
+from engine.aligner.korean import KoreanWordlist
+from engine.aligner.process import Timed
+from engine.aligner.words import Clip
 
 
 class AlignerOnDevice:

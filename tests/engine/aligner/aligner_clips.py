@@ -21,7 +21,7 @@ CASES: dict[str, dict[str, Any]] = {
              "text": "Okay. Yeah. I resent you. I love you. I respect you. " * 3},
     "mixed": {"audio": [VOICE], "language": "English",
               "text": "It costs twenty-five dollars — that's 25% off; Tschüss, señor 李先生."},
-    # Korean tokens cut after their longest head on the official word list (talker/aligner/korean.py)
+    # Korean tokens cut after their longest head on the official word list (engine/aligner/korean.py)
     "korean": {"audio": [VOICE], "language": "Korean",
                "text": "안녕하세요, 저는 학생입니다. 서울에서 부산까지 기차로 세 시간 걸립니다!"},
     "korean-mixed": {"audio": [TONE], "language": "Korean",

@@ -1,5 +1,5 @@
 """A model in a child process of its own: the parent's side, shared by the voice process (engine/voices/process.py)
-and the aligner process (talker/aligner/process.py). Torch-free.
+and the aligner process (engine/aligner/process.py). Torch-free.
 
 A plain subprocess speaking over one socket pair (the codec process's way, not `multiprocessing`, whose resource
 tracker outlives a killed server), started from the long-lived spawner thread and killed by the kernel when the

@@ -1,4 +1,4 @@
-"""The forced aligner (talker/aligner/) against the official qwen-asr package's outputs for its tiny checkpoint:
+"""The forced aligner (engine/aligner/) against the official qwen-asr package's outputs for its tiny checkpoint:
 the fixture's own four cases and seven more, two of them Korean (tests/fixtures/aligner_reference.json), alone and
 in one batch."""
 
@@ -13,15 +13,15 @@ import soundfile as sf
 import torch
 
 from common.request import RequestFailedError
-from talker.aligner.aligner import Aligner, Clip
-from talker.aligner.korean import read_wordlist
-from talker.aligner.model import audio_tokens
-from talker.aligner.on_device import AlignerOnDevice
-from talker.aligner.words import repair, split_words
+from engine.aligner.aligner import Aligner, Clip
+from engine.aligner.korean import read_wordlist
+from engine.aligner.model import audio_tokens
+from engine.aligner.on_device import AlignerOnDevice
+from engine.aligner.words import repair, split_words
 from talker.models.qwen3_tts.config import CheckpointError
-from tests.talker.aligner_clips import CASES, clip
+from tests.engine.aligner.aligner_clips import CASES, clip
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 OFFICIAL = FIXTURES / "official"
 CHECKPOINT = OFFICIAL / "qwen3-forced-aligner-tiny-official"
 

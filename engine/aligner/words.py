@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from talker.aligner.korean import split_korean
+from engine.aligner.korean import split_korean
 
 
 @dataclass(frozen=True, slots=True)
