@@ -33,7 +33,7 @@ from engine.live import LiveRequests
 from engine.loaded import Loaded, load
 from engine.submission import Submission
 from engine.text_input import SpeechInput
-from engine.watchdog import drop_idle_readers, end_overdue_texts, watch
+from engine.watchdog import dead_part, drop_idle_readers, end_overdue_texts, watch
 from frontend.frontend import Prepared, Voice
 from frontend.lexicon import Lexicon
 from output_builder.assembler import RequestOutput
@@ -249,15 +249,10 @@ class Engine:
         """The watchdog's rounds (engine/watchdog.py)."""
         drop_idle_readers(self.live.outputs(), self.config.reader_timeout_s, now, self._fail)
         end_overdue_texts(self.live.texts(), self.config.text_timeout_s, now)
-        if self.state not in (EngineState.READY, EngineState.DRAINING):
-            return
-        if isinstance(self._bridge, SyncBridge):
-            self._bridge.check_decode(now)
-        if self.worker is not None and not self.worker.alive:
-            self._mark_dead(RuntimeError("the talker worker thread exited"))
-        process = self._loaded.codec_process if self._loaded else None
-        if process is not None and not process.alive:
-            self._mark_dead(RuntimeError("the codec process exited"))
+        if self.state in (EngineState.READY, EngineState.DRAINING):
+            process = self._loaded.codec_process if self._loaded else None
+            if (dead := dead_part(self._bridge, self.worker, process, now)) is not None:
+                self._mark_dead(RuntimeError(dead))
 
     # Introspection --------------------------------------------------------------------------------
     @property

@@ -1,6 +1,6 @@
 """The engine's watchdog, on the event loop: every WATCHDOG_PERIOD_S it drops requests whose reader went idle, ends
-texts whose writer went quiet, too slow or too old, and has the engine check that its worker thread and codec process
-are alive. It outlives any bug in what it checks."""
+texts whose writer went quiet, too slow or too old, and finds a dead part: the worker thread or the codec process
+gone. It outlives any bug in what it checks."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ from collections.abc import Callable
 from common.request import RequestFailedError
 from engine.text_input import SpeechInput
 from output_builder.assembler import RequestOutput
+from output_builder.bridge import AsyncBridge
+from output_builder.codec_process import CodecProcess
+from output_builder.sync_bridge import SyncBridge
+from talker.worker import TalkerWorker
 
 log = logging.getLogger("talkstream.engine")
 WATCHDOG_PERIOD_S = 0.5
@@ -43,3 +47,16 @@ def end_overdue_texts(texts: list[SpeechInput], timeout: float, now: float) -> N
         if (why := handle.overdue(now, timeout)) is not None:
             log.warning("request %s: its text %s; ending it", handle.request_id, why.value)
             handle.time_out(why)
+
+
+def dead_part(bridge: AsyncBridge | SyncBridge | None, worker: TalkerWorker | None,
+              codec_process: CodecProcess | None, now: float) -> str | None:
+    """What makes the engine dead, if anything: its worker thread or codec process gone (sync mode: a decode
+    overdue fails its requests first, `SyncBridge.check_decode`)."""
+    if isinstance(bridge, SyncBridge):
+        bridge.check_decode(now)
+    if worker is not None and not worker.alive:
+        return "the talker worker thread exited"
+    if codec_process is not None and not codec_process.alive:
+        return "the codec process exited"
+    return None

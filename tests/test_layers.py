@@ -1,7 +1,7 @@
 """The rooms and which way their imports run (docs/architecture.md): `common` (the shared vocabulary) under all,
 talker at the bottom above it, the text front-end and the output side above the talker, the engine (the composition
-root and public API) above them, the server on top speaking only to the engine; the benchmarks may use anything. No
-import runs back up, `server/` never imports torch, and no modules import each other in a circle."""
+root and public API) above them, the server on top speaking to the engine (and `common`); the benchmarks may use
+anything. No import runs back up, `server/` never imports torch, and no modules import each other in a circle."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ ALLOWED = {
     "frontend": {"frontend", "talker", "common"},
     "output_builder": {"output_builder", "talker", "common"},
     "engine": {"engine", "frontend", "output_builder", "talker", "common"},
-    "server": {"server", "engine"},
+    "server": {"server", "engine", "common"},
     "benchmarks": {"benchmarks", "server", "engine", "output_builder", "frontend", "talker", "common"},
 }
 

@@ -4,7 +4,7 @@ puts in the Talker's prompt.
 The official tokenizer's encoder *is* transformers' Mimi (its class subclasses `MimiModel` and only drops the decoder
 half), so this builds transformers' `MimiModel` with its decoder dropped and loads the ``encoder.*`` tensors of the
 checkpoint's ``speech_tokenizer/model.safetensors``. The network, the causal padding and the nearest-codeword search
-are the library's own, which is what keeps the codes identical to the official ones (tests/talker/voices pins them).
+are the library's own, which is what keeps the codes identical to the official ones (tests/engine/voices pins them).
 """
 
 from __future__ import annotations

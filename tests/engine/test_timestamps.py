@@ -22,7 +22,7 @@ from engine.config import EngineConfig
 from engine.engine import Engine
 from output_builder.streams import AudioStream, Timestamps
 from talker.models.qwen3_tts.config import CheckpointError
-from tests.talker.test_aligner import CHECKPOINT
+from tests.engine.aligner.test_aligner import CHECKPOINT
 
 RATE = 24000
 

@@ -18,8 +18,8 @@ import pytest
 from engine.aligner.aligner import Aligner
 from engine.aligner.words import Clip
 from server import cli
+from tests.engine.aligner.test_aligner import CHECKPOINT
 from tests.server.conftest import LiveServer
-from tests.talker.test_aligner import CHECKPOINT
 
 BODY = {"model": "tts-1", "voice": "alloy", "temperature": 0.0, "response_format": "pcm", "seed": 7,
         "language": "english"}
