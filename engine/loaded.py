@@ -54,7 +54,7 @@ def load(cfg: EngineConfig) -> Loaded:
     talker = load_talker(path, device, resolve_dtype(cfg.dtype, device), cfg.quantize, batches=cfg.max_batch > 1)
     arch = talker.cfg
     step_params = arch.talker.linear_params + (arch.num_code_groups - 1) * arch.predictor.linear_params
-    threads = thread_plan(cfg.tuning.torch_threads, step_params, usable_cores())
+    threads = thread_plan(cfg.tuning.torch_threads, step_params, usable_cores(), int8=cfg.quantize == "int8")
     log.info("torch threads: Talker %d, codec %d (%d cores)", threads.talker, threads.codec, usable_cores())
     codec_dir = path / "speech_tokenizer"
     codec_cfg = read_json(codec_dir / "config.json")

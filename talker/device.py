@@ -76,20 +76,22 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def thread_plan(requested: int, step_params: int, cores: int) -> Threads:
+def thread_plan(requested: int, step_params: int, cores: int, int8: bool = False) -> Threads:
     """torch threads per worker. `requested` > 0 sets both; 0 chooses from the model's size (measured,
-    docs/benchmarks-reference.md, 2 cores):
+    docs/benchmarks.md, 2 cores):
     - a small model's step is op dispatch: one thread each, and the asyncio loop keeps a core of its own;
     - at real sizes a step streams hundreds of MB of weights and the codec costs ~0.6 of a core per real-time
-      stream: the codec process gets a quarter of the cores (at least one), the Talker the rest, or every core on
-      a machine of two (0.6B sizes, one request: 338 ms a step with 2 threads against 487 with 1; a second codec
-      thread gave 0.45 against 0.47 audio s per s at 4 requests: it takes the Talker's core)."""
+      stream: the codec process gets a quarter of the cores (at least one), the Talker the rest;
+    - but a float32 Talker takes every core of a machine of two (0.6B sizes, one request, an AVX2 VM: 0.119 audio s
+      per s with 2 threads against 0.086 with 1; a second codec thread gave 0.45 against 0.47 at 4 requests), while
+      an int8 one, which reads a quarter of the bytes, leaves the codec its core (0.6B sizes, 2 AVX-512 cores: 0.77
+      against 0.48 audio s per s at one request, 1.50 against 1.32 at four; the AVX2 VM: 0.331 against 0.290)."""
     if requested > 0:
         return Threads(requested, requested)
     if step_params < SMALL_STEP_PARAMS:
         return Threads(1, 1)
     codec = max(1, cores // 4)
-    return Threads(max(1, cores if cores <= 2 else cores - codec), codec)
+    return Threads(max(1, cores if cores <= 2 and not int8 else cores - codec), codec)
 
 
 @dataclass(slots=True)
