@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,14 @@ from tests.server.leaks import wait_no_leaks
 
 LONG_TEXT = "This sentence keeps going on and on so that the audio lasts for a good while. " * 12
 SAMPLES_PER_FRAME = 1920  # 24 kHz / 12.5 Hz
+
+
+def until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Waits for `condition` (a failure bound, not a threshold)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
 
 
 def speech(**fields: Any) -> dict[str, Any]:
@@ -76,29 +85,38 @@ def test_response_cancel_frees_everything(live: LiveServer) -> None:
 
 
 def test_disconnect_while_queued_does_no_model_work(make_server: Callable[..., LiveServer]) -> None:
+    """The Talker is held inside the running request's third step (the worker's test hook) while the queued request
+    comes and its client goes: the running one cannot end and hand it the slot meanwhile, however fast the machine
+    (its whole audio once fitted the kernel's buffers before the test had closed the queued request). Released, the
+    worker reads the queued request's submit and its abort together, and never steps it."""
     server = make_server(max_batch=1, max_queue=4)
     stepped: set[str] = set()
+    held, release = threading.Event(), threading.Event()
+    steps = 0
 
     def record(stage: str, batch: tuple[Seq, ...]) -> None:
+        nonlocal steps
         stepped.update(seq.request_id for seq in batch)
+        if stage == "step":
+            steps += 1
+            if steps == 3:
+                held.set()
+                release.wait(60)
 
     assert server.engine.worker is not None
     server.engine.worker.fault_hook = record
-    # a small receive buffer: the running request cannot be sent whole into the kernel's buffers, end and hand its
-    # slot to the queued one before the test has cancelled that
-    running = raw_request(server.url, speech(), rcvbuf=4096)
-    assert running.recv(65536).startswith(b"HTTP/1.1 200")
-    queued = raw_request(server.url, speech(input="Never spoken."))
-    deadline = time.monotonic() + 30  # a failure timeout only
-    while server.stats()["queued_requests"] != 1 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.stats()["queued_requests"] == 1
-    queued_id = next(iter(server.engine.worker.scheduler.waiting)).request_id
-    queued.close()
-    deadline = time.monotonic() + 30  # a failure timeout only
-    while server.stats()["queued_requests"] and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.stats()["queued_requests"] == 0 and server.stats()["slots_in_use"] == 1
+    try:
+        running = raw_request(server.url, speech(), rcvbuf=4096)
+        assert running.recv(65536).startswith(b"HTTP/1.1 200")
+        assert held.wait(30)
+        queued = raw_request(server.url, speech(input="Never spoken."))
+        until(lambda: server.engine.active_requests() == 2, "the queued request to be submitted")
+        [queued_id] = [o.request_id for o in server.engine.live.outputs() if o.request_id not in stepped]
+        queued.close()
+        until(lambda: server.engine.active_requests() == 1, "the engine to end the queued request")
+    finally:
+        release.set()
+    until(lambda: server.stats()["queued_requests"] == 0, "the worker to drop the queued request")
     running.close()
     assert not (counts := wait_no_leaks(server.url)), counts
     assert queued_id not in stepped and stepped
