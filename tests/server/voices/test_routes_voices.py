@@ -6,12 +6,10 @@ concurrent creations all land, and every bad input is a 4xx in OpenAI's envelope
 from __future__ import annotations
 
 import base64
-import io
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import httpx
 import numpy as np
@@ -29,16 +27,26 @@ from server.voices.store import Quota
 from tests.conftest import OFFICIAL_BASE, OFFICIAL_VD, VOICE_REF, VOICE_REF_TEXT
 from tests.server.conftest import LiveServer, start_server
 from tests.server.realtime_client import recv, send, until_done
-
-BASE, VD = OFFICIAL_BASE.name, OFFICIAL_VD.name
-TEXT = "hello world this is a tiny test"  # the official references' w0
-DESIGN = "A calm, deep male voice, speaking slowly."
-FRAMES = 59  # the official greedy calls stopped at 59 frames, none at EOS
-# a generation's frames at most: 8 per text token, so the text is one segment; the greedy audio runs on past the
-# references' 59 frames, which are its beginning
-MAX_FRAMES = 119
-GREEDY = {"temperature": 0.0, "repetition_penalty": 1.0, "language": "English", "response_format": "pcm"}
-REF = VOICE_REF.read_bytes()
+from tests.server.voices.library_client import (
+    BASE,
+    DESIGN,
+    FRAMES,
+    MAX_FRAMES,
+    REF,
+    TEXT,
+    VD,
+    _greedy,
+    assert_speaks,
+    clone,
+    consent,
+    created,
+    design_voice,
+    long_wav,
+    reference,
+    short_wav,
+    silent_wav,
+    speak,
+)
 
 
 @pytest.fixture(scope="module")
@@ -64,37 +72,6 @@ def sdk(lib: LiveServer) -> OpenAI:
     return OpenAI(base_url=lib.url + "/v1", api_key="unused", max_retries=0)
 
 
-def reference(model: Path, key: str) -> np.ndarray:
-    return np.load(str(model) + ".reference.npz")[key]
-
-
-def assert_speaks(pcm: bytes, model: Path, key: str) -> None:
-    got = np.frombuffer(pcm, "<i2").astype(np.float64) / 32767
-    want = reference(model, key)
-    assert got.size > want.size and np.abs(got[:want.size] - want).max() < 1e-4, key
-
-
-def speak(server: LiveServer, **body: Any) -> httpx.Response:
-    return httpx.post(server.url + "/v1/audio/speech", json={"input": TEXT, **GREEDY, **body}, timeout=120)
-
-
-def consent(server: LiveServer, name: str = "me") -> str:
-    resp = httpx.post(server.url + "/v1/audio/voice_consents", data={"name": name, "language": "en-US"},
-                      files={"recording": ("ref.wav", REF)}, timeout=60)
-    assert resp.status_code == 200, resp.text
-    return str(resp.json()["id"])
-
-
-def clone(server: LiveServer, name: str, cons: str, audio: bytes = REF, **fields: str) -> httpx.Response:
-    return httpx.post(server.url + "/v1/audio/voices", data={"name": name, "consent": cons, **fields},
-                      files={"audio_sample": ("ref.wav", audio)}, timeout=120)
-
-
-def created(server: LiveServer, model: str = BASE) -> list[dict[str, Any]]:
-    listing = httpx.get(server.url + "/v1/audio/voices", params={"model": model}, timeout=30).json()
-    return [v for v in listing["data"] if v.get("object") == "audio.voice"]
-
-
 def test_the_sdk_creates_a_voice_speaks_it_and_deletes_it(lib: LiveServer, sdk: OpenAI) -> None:
     cons = sdk.audio.voice_consents.create(name="Ann's consent", language="en-US", recording=("ref.wav", REF))
     assert cons.id.startswith("cons_") and cons.object == "audio.voice_consent"
@@ -116,10 +93,6 @@ def test_the_sdk_creates_a_voice_speaks_it_and_deletes_it(lib: LiveServer, sdk: 
     gone = speak(lib, model=BASE, voice={"id": voice.id})
     assert gone.status_code == 400 and "unknown voice" in gone.json()["error"]["message"]
     assert sdk.audio.voice_consents.delete(cons.id).deleted
-
-
-def _greedy() -> dict[str, Any]:
-    return {k: v for k, v in GREEDY.items() if k != "response_format"}
 
 
 def test_x_vector_voices_and_one_off_ref_audio_speak_alike(lib: LiveServer) -> None:
@@ -146,24 +119,6 @@ def test_a_designed_voice_is_its_description(lib: LiveServer, sdk: OpenAI) -> No
     assert listing["data"][-1]["id"] == voice.id and listing["data"][-1]["prompt"] == DESIGN
     wrong_model = speak(lib, model=BASE, voice={"id": voice.id})
     assert wrong_model.status_code == 400 and f"made for model '{VD}'" in wrong_model.json()["error"]["message"]
-
-
-def silent_wav() -> bytes:
-    buf = io.BytesIO()
-    sf.write(buf, np.zeros(48000, np.float32), 24000, format="WAV")
-    return buf.getvalue()
-
-
-def short_wav() -> bytes:
-    buf = io.BytesIO()
-    sf.write(buf, sf.read(VOICE_REF, dtype="float32")[0][:12000], 24000, format="WAV")
-    return buf.getvalue()
-
-
-def long_wav() -> bytes:
-    buf = io.BytesIO()
-    sf.write(buf, np.tile(sf.read(VOICE_REF, dtype="float32")[0], 7), 24000, format="WAV")  # 36 s
-    return buf.getvalue()
 
 
 def test_every_bad_input_is_a_4xx_envelope_and_stores_nothing(lib: LiveServer) -> None:
@@ -332,13 +287,6 @@ def test_a_description_that_leaves_no_room_is_refused_as_the_voice_is_made(lib: 
     assert (invisible["param"], invisible["code"]) == ("prompt", "missing_field")
     names = {v["name"] for v in created(lib, VD)}
     assert not names & {"P2000", "P4000", "Pinvisible"}
-
-
-def design_voice(server: LiveServer, name: str) -> str:
-    resp = httpx.post(server.url + "/v1/audio/voices", json={"type": "prompt", "name": name, "prompt": DESIGN,
-                                                              "model": VD}, timeout=30)
-    resp.raise_for_status()
-    return str(resp.json()["id"])
 
 
 def test_a_stored_description_that_leaves_no_room_is_the_voices_error(lib: LiveServer) -> None:
